@@ -1,0 +1,115 @@
+/**
+ * The benchmark harness: every suite measures the project next to a baseline taken in the same run, so
+ * results are ratios that mean something on any machine (DEVELOPERS guide: never an absolute time from
+ * another day). Suites return rows; `run.ts` prints them as JSON and as a table.
+ */
+import { performance } from 'node:perf_hooks';
+
+export interface Target {
+  /** What the target constrains: the ratio to the baseline, or the value itself. */
+  of: 'ratio' | 'value';
+  op: '>=' | '<=';
+  value: number;
+}
+
+export interface BenchRow {
+  suite: string;
+  name: string;
+  value: number;
+  unit: string;
+  baseline?: { name: string; value: number };
+  ratio?: number;
+  target?: Target;
+  met?: boolean;
+  extra?: Record<string, unknown>;
+}
+
+export interface BenchContext {
+  quick: boolean;
+  /** Seconds a single measurement should last (shorter with --quick). */
+  seconds: number;
+  log(msg: string): void;
+}
+
+export interface Suite {
+  name: string;
+  run(ctx: BenchContext): Promise<BenchRow[]>;
+}
+
+/**
+ * Calls `fn` (which performs `opsPerCall` operations) repeatedly for about `seconds` after a warm-up, and
+ * returns operations per second.
+ */
+export function measureRate(fn: () => void, seconds: number, opsPerCall = 1): number {
+  const warmEnd = performance.now() + Math.min(200, seconds * 200);
+  while (performance.now() < warmEnd) fn();
+  let calls = 0;
+  let batch = 1;
+  const start = performance.now();
+  const deadline = start + seconds * 1000;
+  let now = start;
+  while (now < deadline) {
+    for (let i = 0; i < batch; i++) fn();
+    calls += batch;
+    now = performance.now();
+    if (now - start < 10) batch *= 2;
+  }
+  return (calls * opsPerCall) / ((now - start) / 1000);
+}
+
+/** Like `measureRate` for asynchronous work. */
+export async function measureRateAsync(
+  fn: () => Promise<void>,
+  seconds: number,
+  opsPerCall = 1,
+): Promise<number> {
+  const warmEnd = performance.now() + Math.min(200, seconds * 200);
+  while (performance.now() < warmEnd) await fn();
+  let calls = 0;
+  const start = performance.now();
+  const deadline = start + seconds * 1000;
+  let now = start;
+  while (now < deadline) {
+    await fn();
+    calls++;
+    now = performance.now();
+  }
+  return (calls * opsPerCall) / ((now - start) / 1000);
+}
+
+/** Fills in `ratio` and `met` from `baseline` and `target`. */
+export function row(r: BenchRow): BenchRow {
+  const out = { ...r };
+  if (out.baseline && out.baseline.value > 0) out.ratio = out.value / out.baseline.value;
+  if (out.target) {
+    const subject = out.target.of === 'ratio' ? out.ratio : out.value;
+    if (subject !== undefined) {
+      out.met = out.target.op === '>=' ? subject >= out.target.value : subject <= out.target.value;
+    }
+  }
+  return out;
+}
+
+function fmt(n: number): string {
+  if (!Number.isFinite(n)) return String(n);
+  if (Math.abs(n) >= 1e6) return `${(n / 1e6).toFixed(2)}M`;
+  if (Math.abs(n) >= 1e3) return `${(n / 1e3).toFixed(1)}k`;
+  return n.toFixed(n >= 100 ? 0 : 2);
+}
+
+export function table(rows: BenchRow[]): string {
+  const head = ['suite', 'benchmark', 'value', 'unit', 'baseline', 'ratio', 'target', 'met'];
+  const body = rows.map((r) => [
+    r.suite,
+    r.name,
+    fmt(r.value),
+    r.unit,
+    r.baseline ? `${r.baseline.name} ${fmt(r.baseline.value)}` : '',
+    r.ratio !== undefined ? r.ratio.toFixed(2) : '',
+    r.target ? `${r.target.of} ${r.target.op} ${r.target.value}` : '',
+    r.met === undefined ? '' : r.met ? 'met' : 'NOT MET',
+  ]);
+  const widths = head.map((h, i) => Math.max(h.length, ...body.map((b) => b[i].length)));
+  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i])).join('  ');
+  return [line(head), line(widths.map((w) => '-'.repeat(w))), ...body.map(line)].join('\n');
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the test suites and benchmarks need: the real peers (tshark, nfs-ganesha,
+# libnfs, rpcbind, haproxy, socat) and the rdma-core headers for the optional native addon.
+# Idempotent; needs root (CI runs as root). Fails loudly on any error.
+set -euo pipefail
+
+packages=(
+  tshark
+  nfs-ganesha nfs-ganesha-vfs nfs-ganesha-proxy-v4 rpcbind libnfs-utils
+  haproxy socat
+  libibverbs-dev librdmacm-dev ibverbs-providers pkg-config
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-system-deps: all packages present"
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-system-deps: missing packages (${missing[*]}) and not root; install them with apt-get" >&2
+  exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+echo "install-system-deps: installing ${missing[*]}"
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"
