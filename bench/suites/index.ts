@@ -1,4 +1,5 @@
 import type { Suite } from '../harness.js';
+import { rpcSuite } from './rpc.js';
 
 /** Every suite, in the documented order `npm run bench` runs them. */
-export const suites: Suite[] = [];
+export const suites: Suite[] = [rpcSuite];
