@@ -1,5 +1,6 @@
 import type { Suite } from '../harness.js';
+import { protocolSuite } from './protocol.js';
 import { rpcSuite } from './rpc.js';
 
 /** Every suite, in the documented order `npm run bench` runs them. */
-export const suites: Suite[] = [rpcSuite];
+export const suites: Suite[] = [rpcSuite, protocolSuite];
