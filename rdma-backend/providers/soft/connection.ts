@@ -1,0 +1,480 @@
+/**
+ * Connection management of the soft provider: TCP connect/accept plus the MPA request/reply exchange
+ * (RFC 5044 §7.1, MPA v2 enhanced mode RFC 6581), mapped onto librdmacm's events. Once the exchange is
+ * done the socket belongs to the QP (qp.ts).
+ */
+import net from 'node:net';
+import {
+  type CmEvent,
+  CmEventType,
+  type Connection,
+  type ConnectRequest,
+  type ConnParam,
+  invalidArgument,
+  type QpInit,
+  VerbsError,
+} from '../../verbs/index.js';
+import type { SoftCq } from './cq.js';
+import type { SoftPd } from './memory.js';
+import { decodeMpa, encodeMpa, irdOf, type MpaFrame, mpaFrameLength } from './mpa.js';
+import { type QpOwner, SoftQp, type StreamParams } from './qp.js';
+import type { TerminateCause } from './terminate.js';
+import {
+  MPA_MAX_PRIVATE_DATA,
+  MPA_V2_IRD_ORD_MASK,
+  MPA_V2_IRD_ORD_SIZE,
+  MPA_V2_PEER_TO_PEER,
+  MPA_V2_ZERO_LENGTH_WRITE_RTR,
+} from './wire.js';
+
+/** What a connection needs from its device. */
+export interface SoftDeviceContext {
+  readonly options: Required<SoftProviderOptions>;
+  readonly stags: import('./memory.js').StagTable;
+  readonly limits: { maxQpWr: number; maxSge: number; maxIrd: number; maxOrd: number };
+  track(c: SoftConnection, add: boolean): void;
+}
+
+/** Soft provider options (all optional). */
+export interface SoftProviderOptions {
+  /** Ask for / accept MPA CRC32c (RFC 5044 §4.4). Default true. */
+  crc?: boolean;
+  /** Largest ULPDU per FPDU (MULPDU, RFC 5044 §4.1), ≤ 65535. Default 65504. */
+  mulpdu?: number;
+  /** MPA revision the initiator proposes: 2 (enhanced, with IRD/ORD and RTR) or 1. Default 2. */
+  mpaRevision?: 1 | 2;
+  /** Default IRD and ORD when the consumer gives none. Default 32. */
+  defaultIrd?: number;
+  defaultOrd?: number;
+}
+
+/** ESTABLISHED/REJECTED/DISCONNECTED etc. are delivered after the current call stack, in order. */
+function deliver(handler: (e: CmEvent) => void, event: CmEvent): void {
+  queueMicrotask(() => handler(event));
+}
+
+const ULP_PRIVATE_DATA_MAX = MPA_MAX_PRIVATE_DATA - MPA_V2_IRD_ORD_SIZE;
+
+function checkPrivateData(pd: Buffer | undefined): Buffer {
+  const b = pd ?? Buffer.alloc(0);
+  if (b.length > ULP_PRIVATE_DATA_MAX) {
+    throw invalidArgument('private data too long', { length: b.length, max: ULP_PRIVATE_DATA_MAX });
+  }
+  return b;
+}
+
+function clampDepth(v: number | undefined, dflt: number, max: number): number {
+  const n = v ?? dflt;
+  if (!Number.isInteger(n) || n < 0)
+    throw invalidArgument('IRD/ORD must be a non-negative integer', { value: n });
+  return Math.min(n, max, MPA_V2_IRD_ORD_MASK);
+}
+
+export class SoftConnection implements Connection, QpOwner {
+  readonly qp: SoftQp;
+  localAddress = '';
+  localPort = 0;
+  remoteAddress = '';
+  remotePort = 0;
+  private socket: net.Socket | undefined;
+  private hs: Buffer = Buffer.alloc(0);
+  private phase: 'connecting' | 'request' | 'accepted' | 'up' | 'dead' = 'connecting';
+  private disconnected = false;
+  private destroyed = false;
+  private timer: NodeJS.Timeout | undefined;
+  private myIrd = 0;
+  private myOrd = 0;
+  /** Passive side: the initiator's request. */
+  private request: MpaFrame | undefined;
+
+  constructor(
+    private readonly ctx: SoftDeviceContext,
+    private readonly init: QpInit,
+  ) {
+    this.qp = new SoftQp(init.pd as SoftPd, init.sendCq, init.recvCq, init.cap, ctx.stags, this, ctx.limits);
+    ctx.track(this, true);
+  }
+
+  get ord(): number {
+    return this.qp.ord;
+  }
+
+  get ird(): number {
+    return this.qp.ird;
+  }
+
+  private emit(event: CmEvent): void {
+    deliver(this.init.onEvent, event);
+  }
+
+  // ---------------------------------------------------------------- active side
+
+  startConnect(host: string, port: number, param: ConnParam, timeoutMs: number): void {
+    const pd = checkPrivateData(param.privateData);
+    this.myIrd = clampDepth(param.ird, this.ctx.options.defaultIrd, this.ctx.limits.maxIrd);
+    this.myOrd = clampDepth(param.ord, this.ctx.options.defaultOrd, this.ctx.limits.maxOrd);
+    const rev = this.ctx.options.mpaRevision;
+    const req = encodeMpa({
+      reply: false,
+      markers: false,
+      crc: this.ctx.options.crc,
+      reject: false,
+      revision: rev,
+      // RFC 6581 §5/§6: peer-to-peer mode, offering a zero-length RDMA Write as the RTR.
+      enhanced:
+        rev === 2
+          ? { irdWord: MPA_V2_PEER_TO_PEER | this.myIrd, ordWord: MPA_V2_ZERO_LENGTH_WRITE_RTR | this.myOrd }
+          : undefined,
+      privateData: pd,
+    });
+    const socket = net.connect({ host, port });
+    this.socket = socket;
+    socket.setNoDelay(true);
+    this.timer = setTimeout(() => {
+      this.failConnect(
+        CmEventType.UNREACHABLE,
+        new VerbsError('VERBS_TIMEOUT', 'connect timed out', { host, port }),
+      );
+    }, timeoutMs);
+    this.timer.unref();
+    socket.once('connect', () => {
+      this.noteAddresses(socket);
+      socket.write(req);
+    });
+    socket.on('data', (chunk: Buffer) => this.onActiveData(chunk));
+    socket.on('error', (err: NodeJS.ErrnoException) => this.onSocketError(err));
+    socket.on('close', () => this.onSocketClose());
+  }
+
+  private noteAddresses(socket: net.Socket): void {
+    this.localAddress = socket.localAddress ?? '';
+    this.localPort = socket.localPort ?? 0;
+    this.remoteAddress = socket.remoteAddress ?? '';
+    this.remotePort = socket.remotePort ?? 0;
+  }
+
+  private onActiveData(chunk: Buffer): void {
+    if (this.phase === 'up') {
+      this.qp.onData(chunk);
+      return;
+    }
+    if (this.phase !== 'connecting') return;
+    this.hs = this.hs.length === 0 ? chunk : Buffer.concat([this.hs, chunk]);
+    const need = mpaFrameLength(this.hs);
+    if (need < 0 || this.hs.length < need) return;
+    let reply: MpaFrame;
+    try {
+      reply = decodeMpa(this.hs.subarray(0, need), true);
+    } catch (err) {
+      this.failConnect(CmEventType.CONNECT_ERROR, err as Error);
+      return;
+    }
+    const leftover = this.hs.subarray(need);
+    this.hs = Buffer.alloc(0);
+    clearTimeout(this.timer);
+    if (reply.reject) {
+      this.phase = 'dead';
+      this.socket?.destroy();
+      this.emit({ type: CmEventType.REJECTED, privateData: reply.privateData });
+      return;
+    }
+    const rev = this.ctx.options.mpaRevision;
+    const problem = reply.markers
+      ? 'peer wants markers (not supported)'
+      : reply.revision > rev
+        ? 'reply revision above the request'
+        : this.ctx.options.crc && !reply.crc
+          ? 'peer dropped CRC that we required'
+          : undefined;
+    if (problem) {
+      this.failConnect(
+        CmEventType.CONNECT_ERROR,
+        new VerbsError('VERBS_MPA', `MPA reply refused: ${problem}`, {}),
+      );
+      return;
+    }
+    let ord = rev === 2 ? this.myOrd : Math.min(this.myOrd, this.ctx.options.defaultOrd);
+    let sendRtr = false;
+    if (reply.enhanced) {
+      ord = Math.min(this.myOrd, irdOf(reply.enhanced.irdWord));
+      sendRtr =
+        (reply.enhanced.irdWord & MPA_V2_PEER_TO_PEER) !== 0 &&
+        (reply.enhanced.ordWord & MPA_V2_ZERO_LENGTH_WRITE_RTR) !== 0;
+    }
+    this.phase = 'up';
+    const params: StreamParams = {
+      crc: reply.crc,
+      mulpdu: this.ctx.options.mulpdu,
+      ord,
+      ird: this.myIrd,
+      waitForPeerFirst: false,
+      sendRtr,
+    };
+    this.qp.start(this.socket as net.Socket, params, leftover);
+    this.emit({ type: CmEventType.ESTABLISHED, privateData: reply.privateData });
+  }
+
+  private failConnect(type: CmEventType, error: Error): void {
+    if (this.phase === 'dead' || this.phase === 'up') return;
+    this.phase = 'dead';
+    clearTimeout(this.timer);
+    this.socket?.destroy();
+    this.emit({ type, error });
+  }
+
+  private onSocketError(err: NodeJS.ErrnoException): void {
+    if (this.phase === 'connecting') {
+      const code = err.code ?? '';
+      // iw_cm reports a refused TCP connection as REJECTED (status -ECONNREFUSED), with no private data.
+      if (code === 'ECONNREFUSED') {
+        this.phase = 'dead';
+        clearTimeout(this.timer);
+        this.emit({ type: CmEventType.REJECTED, privateData: Buffer.alloc(0), error: err });
+        return;
+      }
+      const addr =
+        code === 'ENOTFOUND' || code === 'EADDRNOTAVAIL' || code === 'EAI_AGAIN' || code === 'EINVAL';
+      this.failConnect(addr ? CmEventType.ADDR_ERROR : CmEventType.UNREACHABLE, err);
+      return;
+    }
+    if (this.phase === 'up' || this.phase === 'accepted') this.qp.closeStream(err);
+  }
+
+  private onSocketClose(): void {
+    if (this.phase === 'connecting') {
+      this.failConnect(
+        CmEventType.CONNECT_ERROR,
+        new VerbsError('VERBS_MPA', 'peer closed during MPA setup'),
+      );
+      return;
+    }
+    if (this.phase === 'request') {
+      this.phase = 'dead';
+      return;
+    }
+    if (this.phase === 'up' || this.phase === 'accepted') this.qp.closeStream();
+  }
+
+  // ---------------------------------------------------------------- passive side
+
+  /** Called by the listener once the MPA request was read; the socket keeps buffering after it. */
+  adoptPassive(socket: net.Socket, request: MpaFrame, leftover: Buffer): void {
+    this.socket = socket;
+    this.request = request;
+    this.hs = leftover;
+    this.phase = 'request';
+    this.noteAddresses(socket);
+    socket.removeAllListeners('data');
+    socket.removeAllListeners('error');
+    socket.removeAllListeners('close');
+    socket.on('data', (chunk: Buffer) => {
+      if (this.phase === 'up') this.qp.onData(chunk);
+      else this.hs = this.hs.length === 0 ? chunk : Buffer.concat([this.hs, chunk]);
+    });
+    socket.on('error', (err: NodeJS.ErrnoException) => this.onSocketError(err));
+    socket.on('close', () => this.onSocketClose());
+  }
+
+  accept(param: ConnParam = {}): void {
+    const req = this.request;
+    if (req === undefined || this.phase !== 'request') {
+      throw new VerbsError('VERBS_INVALID_STATE', 'accept() is for a passive connection awaiting it', {
+        phase: this.phase,
+      });
+    }
+    const pd = checkPrivateData(param.privateData);
+    this.myIrd = clampDepth(param.ird, this.ctx.options.defaultIrd, this.ctx.limits.maxIrd);
+    this.myOrd = clampDepth(param.ord, this.ctx.options.defaultOrd, this.ctx.limits.maxOrd);
+    // RFC 5044 §7.1.2: CRC is used when either side asks for it; answer revision 1 with revision 1.
+    const crc = req.crc || this.ctx.options.crc;
+    let ord = this.myOrd;
+    let enhanced: MpaFrame['enhanced'];
+    if (req.enhanced) {
+      ord = Math.min(this.myOrd, irdOf(req.enhanced.irdWord));
+      const p2p = (req.enhanced.irdWord & MPA_V2_PEER_TO_PEER) !== 0;
+      const writeRtr = p2p && (req.enhanced.ordWord & MPA_V2_ZERO_LENGTH_WRITE_RTR) !== 0;
+      enhanced = {
+        irdWord: (p2p ? MPA_V2_PEER_TO_PEER : 0) | this.myIrd,
+        ordWord: (writeRtr ? MPA_V2_ZERO_LENGTH_WRITE_RTR : 0) | ord,
+      };
+    }
+    const reply = encodeMpa({
+      reply: true,
+      markers: false,
+      crc,
+      reject: false,
+      revision: req.revision,
+      enhanced,
+      privateData: pd,
+    });
+    const socket = this.socket as net.Socket;
+    socket.setNoDelay(true);
+    socket.write(reply);
+    this.phase = 'up';
+    const leftover = this.hs;
+    this.hs = Buffer.alloc(0);
+    // RFC 5044 §7.1.2: the responder sends no FPDU before the initiator's first one arrived.
+    this.qp.start(
+      socket,
+      { crc, mulpdu: this.ctx.options.mulpdu, ord, ird: this.myIrd, waitForPeerFirst: true, sendRtr: false },
+      leftover,
+    );
+    this.emit({ type: CmEventType.ESTABLISHED, privateData: req.privateData });
+  }
+
+  /** Passive side: rdma_reject. */
+  rejectRequest(privateData?: Buffer): void {
+    const req = this.request;
+    if (req === undefined || this.phase !== 'request') {
+      throw new VerbsError('VERBS_INVALID_STATE', 'reject() is for a connection request awaiting an answer');
+    }
+    rejectSocket(this.socket as net.Socket, req, checkPrivateData(privateData));
+    this.phase = 'dead';
+  }
+
+  // ---------------------------------------------------------------- QpOwner
+
+  onStreamDead(detail: { terminate?: { local: boolean } & TerminateCause; error?: Error }): void {
+    if (this.disconnected) return;
+    this.disconnected = true;
+    this.phase = 'dead';
+    if (this.destroyed) return;
+    const t = detail.terminate;
+    this.emit({
+      type: CmEventType.DISCONNECTED,
+      error: detail.error,
+      terminate: t ? { local: t.local, layer: t.layer, type: t.type, code: t.code, name: t.name } : undefined,
+    });
+  }
+
+  onFirstFpdu(): void {}
+
+  // ---------------------------------------------------------------- teardown
+
+  disconnect(): void {
+    if (this.phase === 'connecting') {
+      this.failConnect(
+        CmEventType.CONNECT_ERROR,
+        new VerbsError('VERBS_DISCONNECTED', 'disconnected while connecting'),
+      );
+      return;
+    }
+    if (this.phase === 'request') {
+      this.rejectRequest();
+      return;
+    }
+    if (this.phase === 'up') this.qp.closeStream();
+  }
+
+  destroy(): void {
+    if (this.destroyed) return;
+    this.destroyed = true;
+    clearTimeout(this.timer);
+    if (this.phase === 'up') this.qp.closeStream();
+    else this.socket?.destroy();
+    this.phase = 'dead';
+    this.qp.release();
+    this.ctx.track(this, false);
+  }
+}
+
+function rejectSocket(socket: net.Socket, req: MpaFrame, privateData: Buffer): void {
+  const reply = encodeMpa({
+    reply: true,
+    markers: false,
+    crc: req.crc,
+    reject: true,
+    revision: req.revision,
+    enhanced: req.enhanced ? { irdWord: 0, ordWord: 0 } : undefined,
+    privateData,
+  });
+  socket.end(reply);
+  setTimeout(() => socket.destroy(), 2000).unref();
+}
+
+/** The passive side of one incoming connection before the consumer answered it. */
+export class SoftConnectRequest implements ConnectRequest {
+  readonly remoteAddress: string;
+  readonly remotePort: number;
+  readonly privateData: Buffer;
+  readonly ird: number;
+  readonly ord: number;
+  private answered = false;
+
+  constructor(
+    private readonly ctx: SoftDeviceContext,
+    private readonly socket: net.Socket,
+    private readonly frame: MpaFrame,
+    private readonly leftover: () => Buffer,
+  ) {
+    this.remoteAddress = socket.remoteAddress ?? '';
+    this.remotePort = socket.remotePort ?? 0;
+    this.privateData = frame.privateData;
+    // Revision 1 carries no IRD/ORD: assume the device default.
+    this.ird = frame.enhanced ? irdOf(frame.enhanced.irdWord) : ctx.options.defaultIrd;
+    this.ord = frame.enhanced ? irdOf(frame.enhanced.ordWord) : ctx.options.defaultOrd;
+  }
+
+  createConnection(init: QpInit): Connection {
+    if (this.answered) throw new VerbsError('VERBS_INVALID_STATE', 'connection request already answered');
+    this.answered = true;
+    const c = new SoftConnection(this.ctx, init);
+    c.adoptPassive(this.socket, this.frame, this.leftover());
+    return c;
+  }
+
+  reject(privateData?: Buffer): void {
+    if (this.answered) throw new VerbsError('VERBS_INVALID_STATE', 'connection request already answered');
+    this.answered = true;
+    rejectSocket(this.socket, this.frame, checkPrivateData(privateData));
+  }
+}
+
+/** Reads the MPA request of a fresh passive socket, then hands it to `onRequest`. */
+export function acceptMpaRequest(
+  ctx: SoftDeviceContext,
+  socket: net.Socket,
+  onRequest: (r: SoftConnectRequest) => void,
+): void {
+  let hs: Buffer = Buffer.alloc(0);
+  let leftover: Buffer = Buffer.alloc(0);
+  let done = false;
+  const timer = setTimeout(() => socket.destroy(), 10_000);
+  timer.unref();
+  socket.on('error', () => socket.destroy());
+  socket.on('close', () => clearTimeout(timer));
+  socket.on('data', (chunk: Buffer) => {
+    if (done) {
+      leftover = leftover.length === 0 ? chunk : Buffer.concat([leftover, chunk]);
+      return;
+    }
+    hs = hs.length === 0 ? chunk : Buffer.concat([hs, chunk]);
+    if (
+      hs.length >= 16 &&
+      !hs.subarray(0, Math.min(16, hs.length)).equals(Buffer.from('MPA ID Req Frame', 'latin1'))
+    ) {
+      socket.destroy();
+      return;
+    }
+    const need = mpaFrameLength(hs);
+    if (need < 0 || hs.length < need) return;
+    let frame: MpaFrame;
+    try {
+      frame = decodeMpa(hs.subarray(0, need), false);
+    } catch {
+      socket.destroy();
+      return;
+    }
+    done = true;
+    clearTimeout(timer);
+    leftover = hs.subarray(need);
+    if (frame.markers) {
+      // RFC 5044 §7.1.2 lets the responder refuse markers: reject, we never use them.
+      rejectSocket(socket, frame, Buffer.alloc(0));
+      return;
+    }
+    onRequest(new SoftConnectRequest(ctx, socket, frame, () => leftover));
+  });
+}
+
+export type { SoftCq };

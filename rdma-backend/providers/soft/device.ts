@@ -1,0 +1,154 @@
+/** The soft device ("soft0"): caps, PDs, CQs, and the CM entry points (connect, listen). */
+import net from 'node:net';
+import {
+  type CompletionQueue,
+  type Connection,
+  type ConnectOptions,
+  type Device,
+  type DeviceCaps,
+  invalidArgument,
+  type Listener,
+  type ListenOptions,
+  type ProtectionDomain,
+  TransportType,
+  VerbsError,
+} from '../../verbs/index.js';
+import {
+  acceptMpaRequest,
+  SoftConnection,
+  type SoftDeviceContext,
+  type SoftProviderOptions,
+} from './connection.js';
+import { SoftCq } from './cq.js';
+import { SoftPd, StagTable } from './memory.js';
+import { MPA_MAX_PRIVATE_DATA, MPA_V2_IRD_ORD_SIZE } from './wire.js';
+
+const ULP_PD = MPA_MAX_PRIVATE_DATA - MPA_V2_IRD_ORD_SIZE;
+
+export const SOFT_CAPS: DeviceCaps = {
+  transport: TransportType.IWARP,
+  maxMrSize: 0xffffffff,
+  maxMr: 1 << 20,
+  maxPd: 1 << 16,
+  maxQp: 1 << 14,
+  maxQpWr: 16384,
+  maxSge: 16,
+  maxSgeRd: 1,
+  maxCq: 1 << 14,
+  maxCqe: 1 << 20,
+  maxIrd: 128,
+  maxOrd: 128,
+  memoryWindows: false,
+  remoteInvalidation: true,
+  maxPrivateData: { connect: ULP_PD, accept: ULP_PD, reject: ULP_PD },
+};
+
+export function resolveOptions(o: SoftProviderOptions = {}): Required<SoftProviderOptions> {
+  const r: Required<SoftProviderOptions> = {
+    crc: o.crc ?? true,
+    mulpdu: o.mulpdu ?? 65504,
+    mpaRevision: o.mpaRevision ?? 2,
+    defaultIrd: o.defaultIrd ?? 32,
+    defaultOrd: o.defaultOrd ?? 32,
+  };
+  // A ULPDU must hold the largest header (Read Request: 46 bytes) and fit MPA's 16-bit length.
+  if (!Number.isInteger(r.mulpdu) || r.mulpdu < 64 || r.mulpdu > 65535) {
+    throw invalidArgument('mulpdu must be an integer in [64, 65535]', { mulpdu: r.mulpdu });
+  }
+  if (r.mpaRevision !== 1 && r.mpaRevision !== 2) throw invalidArgument('mpaRevision must be 1 or 2');
+  return r;
+}
+
+export class SoftDevice implements Device {
+  readonly caps = SOFT_CAPS;
+  private readonly stags = new StagTable(SOFT_CAPS.maxMr);
+  private readonly connections = new Set<SoftConnection>();
+  private readonly listeners = new Set<net.Server>();
+  private closed = false;
+  private readonly ctx: SoftDeviceContext;
+
+  constructor(
+    readonly name: string,
+    options: Required<SoftProviderOptions>,
+  ) {
+    this.ctx = {
+      options,
+      stags: this.stags,
+      limits: {
+        maxQpWr: SOFT_CAPS.maxQpWr,
+        maxSge: SOFT_CAPS.maxSge,
+        maxIrd: SOFT_CAPS.maxIrd,
+        maxOrd: SOFT_CAPS.maxOrd,
+      },
+      track: (c, add) => {
+        if (add) this.connections.add(c);
+        else this.connections.delete(c);
+      },
+    };
+  }
+
+  private alive(): void {
+    if (this.closed) throw new VerbsError('VERBS_DESTROYED', 'device is closed', { device: this.name });
+  }
+
+  allocPd(): ProtectionDomain {
+    this.alive();
+    return new SoftPd(this, this.stags, SOFT_CAPS.maxMrSize);
+  }
+
+  createCq(depth: number): CompletionQueue {
+    this.alive();
+    if (!Number.isInteger(depth) || depth < 1 || depth > SOFT_CAPS.maxCqe) {
+      throw invalidArgument('CQ depth out of range', { depth, max: SOFT_CAPS.maxCqe });
+    }
+    return new SoftCq(depth);
+  }
+
+  connect(o: ConnectOptions): Connection {
+    this.alive();
+    if (!Number.isInteger(o.port) || o.port <= 0 || o.port > 65535)
+      throw invalidArgument('bad port', { port: o.port });
+    const c = new SoftConnection(this.ctx, o);
+    c.startConnect(o.host, o.port, o, o.timeoutMs ?? 10_000);
+    return c;
+  }
+
+  listen(o: ListenOptions): Promise<Listener> {
+    this.alive();
+    const server = net.createServer({ noDelay: true }, (socket) => {
+      acceptMpaRequest(this.ctx, socket, (req) => o.onConnectRequest(req));
+    });
+    this.listeners.add(server);
+    return new Promise((resolve, reject) => {
+      server.once('error', (err) => {
+        this.listeners.delete(server);
+        reject(
+          new VerbsError('VERBS_ADDRESS', `cannot listen on ${o.host}:${o.port}`, { cause: String(err) }),
+        );
+      });
+      server.listen({ host: o.host, port: o.port, backlog: o.backlog ?? 511 }, () => {
+        const addr = server.address() as net.AddressInfo;
+        resolve({
+          host: addr.address,
+          port: addr.port,
+          close: () =>
+            new Promise<void>((done) => {
+              this.listeners.delete(server);
+              server.close(() => done());
+            }),
+        });
+      });
+    });
+  }
+
+  close(): void {
+    if (this.closed) return;
+    if (this.connections.size > 0 || this.listeners.size > 0) {
+      throw new VerbsError('VERBS_BUSY', 'device still has connections or listeners', {
+        connections: this.connections.size,
+        listeners: this.listeners.size,
+      });
+    }
+    this.closed = true;
+  }
+}

@@ -1,0 +1,154 @@
+/**
+ * Protection domains, memory regions and the STag table of one soft device. An STag is
+ * `index << 8 | key` (RFC 5040 §2.1 leaves the layout to the RNIC; this is the layout of every iWARP
+ * RNIC and of Linux siw): the index finds the region, the 8-bit key must match, so `rekey()` revokes
+ * every rkey handed out before it. lkey and rkey are the same STag, as with siw.
+ */
+import {
+  Access,
+  type Device,
+  invalidArgument,
+  type MemoryRegion,
+  type ProtectionDomain,
+  VerbsError,
+} from '../../verbs/index.js';
+
+export class StagTable {
+  private readonly regions: (SoftMr | undefined)[] = [undefined]; // index 0 is never used: STag 0 is invalid
+  private readonly free: number[] = [];
+  private nextKey = 1;
+
+  constructor(private readonly maxMr: number) {}
+
+  get count(): number {
+    return this.regions.length - 1 - this.free.length;
+  }
+
+  allocate(mr: SoftMr): number {
+    let index = this.free.pop();
+    if (index === undefined) {
+      if (this.regions.length > this.maxMr) {
+        throw new VerbsError('VERBS_RESOURCE_LIMIT', 'too many memory regions', { maxMr: this.maxMr });
+      }
+      index = this.regions.length;
+      this.regions.push(undefined);
+    }
+    this.regions[index] = mr;
+    return index;
+  }
+
+  release(index: number): void {
+    this.regions[index] = undefined;
+    this.free.push(index);
+  }
+
+  /** A fresh 8-bit key (cycles through 1..255 so consecutive rekeys differ). */
+  newKey(): number {
+    const k = this.nextKey;
+    this.nextKey = this.nextKey === 255 ? 1 : this.nextKey + 1;
+    return k;
+  }
+
+  /** The region an STag names if the STag is currently valid (right key, not invalidated), else undefined. */
+  lookup(stag: number): SoftMr | undefined {
+    const mr = this.regions[stag >>> 8];
+    if (mr === undefined || mr.rkey !== stag || !mr.valid) return undefined;
+    return mr;
+  }
+
+  /** The region an STag's index names regardless of key/validity (for telling error causes apart). */
+  byIndex(stag: number): SoftMr | undefined {
+    return this.regions[stag >>> 8];
+  }
+}
+
+export class SoftPd implements ProtectionDomain {
+  mrCount = 0;
+  qpCount = 0;
+  dead = false;
+
+  constructor(
+    readonly device: Device,
+    private readonly stags: StagTable,
+    private readonly maxMrSize: number,
+  ) {}
+
+  registerMemory(buffer: Buffer, access: number): MemoryRegion {
+    if (this.dead) throw new VerbsError('VERBS_DESTROYED', 'protection domain was deallocated');
+    if (!Buffer.isBuffer(buffer)) throw invalidArgument('registerMemory needs a Buffer');
+    if (buffer.length > this.maxMrSize) {
+      throw invalidArgument('region larger than maxMrSize', { length: buffer.length, max: this.maxMrSize });
+    }
+    // libibverbs: remote write (and atomics) require local write.
+    if (access & Access.REMOTE_WRITE && !(access & Access.LOCAL_WRITE)) {
+      throw invalidArgument('REMOTE_WRITE access requires LOCAL_WRITE', { access });
+    }
+    const mr = new SoftMr(this, this.stags, buffer, access);
+    this.mrCount++;
+    return mr;
+  }
+
+  dealloc(): void {
+    if (this.dead) return;
+    if (this.mrCount > 0 || this.qpCount > 0) {
+      throw new VerbsError('VERBS_BUSY', 'protection domain still has memory regions or queue pairs', {
+        mrs: this.mrCount,
+        qps: this.qpCount,
+      });
+    }
+    this.dead = true;
+  }
+}
+
+export class SoftMr implements MemoryRegion {
+  readonly length: number;
+  /**
+   * The high 32 bits of every Tagged Offset that reaches this region: the region's index, so that a
+   * peer that forgets to add `iova` to an offset hits a bounds error instead of the wrong bytes.
+   */
+  readonly iovaHi: number;
+  readonly iova: bigint;
+  private index: number;
+  private key: number;
+  valid = true;
+  deregistered = false;
+
+  constructor(
+    readonly pd: SoftPd,
+    private readonly stags: StagTable,
+    readonly buffer: Buffer,
+    readonly access: number,
+  ) {
+    this.length = buffer.length;
+    this.index = stags.allocate(this);
+    this.key = stags.newKey();
+    this.iovaHi = this.index;
+    this.iova = BigInt(this.index) << 32n;
+  }
+
+  get rkey(): number {
+    return this.deregistered ? 0 : ((this.index << 8) | this.key) >>> 0;
+  }
+
+  get lkey(): number {
+    return this.rkey;
+  }
+
+  rekey(): void {
+    if (this.deregistered) throw new VerbsError('VERBS_DESTROYED', 'memory region was deregistered');
+    this.key = this.stags.newKey();
+    this.valid = true;
+  }
+
+  invalidate(): void {
+    this.valid = false;
+  }
+
+  deregister(): void {
+    if (this.deregistered) return;
+    this.valid = false;
+    this.deregistered = true;
+    this.stags.release(this.index);
+    this.pd.mrCount--;
+  }
+}

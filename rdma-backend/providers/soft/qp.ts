@@ -1,0 +1,1172 @@
+/**
+ * The RC queue pair of the soft provider: send and receive queues, DDP/RDMAP over an MPA-framed TCP
+ * stream (RFC 5040/5041/5044), ORD/IRD accounting and hardware error semantics. The connection
+ * (connection.ts) does the MPA exchange and then hands the socket over with `start()`.
+ *
+ * Transmit: `postSend` only queues and schedules `pump()` in a microtask, so WRs posted in one tick go
+ * out in one corked write, and no completion can ever be delivered from inside `postSend`. Send/Write
+ * WRs complete when the socket's write callback says the bytes left their buffer; a Read completes when
+ * the last Read Response segment was placed. Completions are generated in posting order.
+ *
+ * Receive: socket chunks are parsed in place by a small state machine; payload goes straight from the
+ * chunk into the target buffer (one copy), the CRC runs over the same slices, and the checks whose
+ * failure would change what a corrupted FPDU means are reported only after its CRC was found good.
+ */
+import type { Socket } from 'node:net';
+import {
+  Access,
+  type CompletionQueue,
+  invalidArgument,
+  type QpCap,
+  QpState,
+  type QueuePair,
+  type RecvWr,
+  SendFlags,
+  type SendWr,
+  VerbsError,
+  WcFlags,
+  WcOpcode,
+  WcStatus,
+  WrOpcode,
+} from '../../verbs/index.js';
+import type { SoftCq } from './cq.js';
+import { crc32c } from './crc32c.js';
+import type { SoftMr, SoftPd, StagTable } from './memory.js';
+import { describeTerminate, Layer, remoteStatusFor, Term, type TerminateCause } from './terminate.js';
+import { TxFramer } from './tx.js';
+import {
+  DDP_LAST,
+  DDP_TAGGED,
+  DDP_VERSION,
+  MPA_CRC_SIZE,
+  mpaPad,
+  Op,
+  QN_READ_REQUEST,
+  QN_SEND,
+  QN_TERMINATE,
+  RDMAP_VERSION,
+  READ_REQUEST_BODY,
+  TAGGED_HEADER,
+  TERMINATE_CONTROL,
+  UNTAGGED_HEADER,
+} from './wire.js';
+
+/** What the connection learned during MPA setup and hands to the QP. */
+export interface StreamParams {
+  crc: boolean;
+  /** Largest ULPDU (DDP header + payload) we put in one FPDU. */
+  mulpdu: number;
+  ord: number;
+  ird: number;
+  /** We must wait for the peer's first FPDU before transmitting (MPA responder, RFC 5044 §7.1.2). */
+  waitForPeerFirst: boolean;
+  /** Send a zero-length RDMA Write as Ready-To-Receive first (MPA v2 peer-to-peer, RFC 6581 §6). */
+  sendRtr: boolean;
+}
+
+/** Callbacks into the owning connection. */
+export interface QpOwner {
+  /** The stream died (after flushing): raise DISCONNECTED with this detail. */
+  onStreamDead(detail: { terminate?: { local: boolean } & TerminateCause; error?: Error }): void;
+  /** The first FPDU arrived (responder side: the connection is now fully up). */
+  onFirstFpdu(): void;
+}
+
+const ST_POSTED = 0;
+const ST_SENT = 1;
+const ST_DONE = 2;
+
+class SqEntry {
+  wrId = 0;
+  opcode = 0;
+  flags = 0;
+  nsge = 0;
+  mrs: SoftMr[] = [];
+  offsets: number[] = [];
+  lengths: number[] = [];
+  keys: number[] = [];
+  total = 0;
+  rkey = 0;
+  toHi = 0;
+  toLo = 0;
+  invRkey = 0;
+  state = ST_POSTED;
+  status = 0;
+  /** Read: bytes placed so far. */
+  placed = 0;
+}
+
+class RqEntry {
+  wrId = 0;
+  nsge = 0;
+  mrs: SoftMr[] = [];
+  offsets: number[] = [];
+  lengths: number[] = [];
+  keys: number[] = [];
+  total = 0;
+}
+
+class ReadResponseJob {
+  mr!: SoftMr;
+  offset = 0;
+  length = 0;
+  sinkStag = 0;
+  sinkToHi = 0;
+  sinkToLo = 0;
+}
+
+const RX_HEADER = 0;
+const RX_PAYLOAD = 1;
+const RX_TRAILER = 2;
+
+const SINK_DISCARD = 0;
+const SINK_TAGGED = 1;
+const SINK_RECV = 2;
+const SINK_SMALL = 3;
+
+const TWO32 = 0x100000000;
+
+let nextQpNum = 1;
+
+export class SoftQp implements QueuePair {
+  readonly qpNum = nextQpNum++;
+  state: QpState = QpState.INIT;
+  readonly cap: Readonly<QpCap>;
+
+  // Send queue: ring of preallocated entries; absolute counters, slot = counter % size.
+  private readonly sq: SqEntry[];
+  private sqHead = 0; // oldest not yet reported
+  private sqTx = 0; // next to transmit
+  private sqTail = 0; // next free
+  private sqFlushed = 0; // handed to the socket up to here (exclusive)
+  private readonly batchEnds: number[] = [];
+  private readsOutstanding = 0;
+  /** Read WRs transmitted and waiting for their response, in order (absolute SQ positions). */
+  private readonly orq: number[] = [];
+
+  // Receive queue.
+  private readonly rq: RqEntry[];
+  private rqHead = 0;
+  private rqTail = 0;
+
+  // Responder side of RDMA Read.
+  private readonly irq: ReadResponseJob[] = [];
+  private readonly irqFree: ReadResponseJob[] = [];
+
+  // Stream.
+  private socket: Socket | undefined;
+  private params: StreamParams | undefined;
+  private framer: TxFramer | undefined;
+  private pumpScheduled = false;
+  private blocked = false;
+  private canTransmit = false;
+  private gotFirstFpdu = false;
+  private readonly txMsn = [1, 1, 1];
+  private readonly rxMsn = [1, 1, 1];
+  dead = false;
+
+  // Receive parser state.
+  private rxState = RX_HEADER;
+  private readonly hdr = Buffer.alloc(64);
+  private hdrHave = 0;
+  private hdrNeed = 4;
+  private hdrKnown = false;
+  private ulpduLen = 0;
+  private payloadLeft = 0;
+  private readonly trailer = Buffer.alloc(8);
+  private trailerHave = 0;
+  private trailerNeed = 0;
+  private rxCrc = 0;
+  private sink = SINK_DISCARD;
+  private sinkBuf: Buffer | undefined;
+  private sinkPos = 0;
+  private rxOp = 0;
+  private rxLast = false;
+  private pendingError: TerminateCause | undefined;
+  private pendingRecvStatus = 0;
+  private readonly small = Buffer.alloc(64);
+  private smallPos = 0;
+  private recvCur: RqEntry | undefined;
+  private recvMo = 0;
+  private recvInvalidated = 0;
+  private recvHasInv = false;
+
+  private readonly pumpBound = (): void => this.pump();
+  private readonly onWritten = (err?: Error | null): void => this.written(err);
+  private readonly onDrain = (): void => {
+    this.blocked = false;
+    this.schedulePump();
+  };
+
+  constructor(
+    readonly pd: SoftPd,
+    readonly sendCq: CompletionQueue,
+    readonly recvCq: CompletionQueue,
+    cap: QpCap,
+    private readonly stags: StagTable,
+    private readonly owner: QpOwner,
+    limits: { maxQpWr: number; maxSge: number },
+  ) {
+    if (
+      cap.maxSendWr < 1 ||
+      cap.maxRecvWr < 0 ||
+      cap.maxSendWr > limits.maxQpWr ||
+      cap.maxRecvWr > limits.maxQpWr
+    ) {
+      throw invalidArgument('queue depth out of range', { cap, maxQpWr: limits.maxQpWr });
+    }
+    if (cap.maxSendSge > limits.maxSge || cap.maxRecvSge > limits.maxSge) {
+      throw invalidArgument('scatter-gather limit out of range', { cap, maxSge: limits.maxSge });
+    }
+    this.cap = {
+      maxSendWr: cap.maxSendWr,
+      maxRecvWr: cap.maxRecvWr,
+      maxSendSge: Math.max(1, cap.maxSendSge),
+      maxRecvSge: Math.max(1, cap.maxRecvSge),
+      maxInlineData: 0,
+    };
+    this.sq = Array.from({ length: cap.maxSendWr }, () => new SqEntry());
+    this.rq = Array.from({ length: Math.max(1, cap.maxRecvWr) }, () => new RqEntry());
+    pd.qpCount++;
+    (sendCq as SoftCq).users++;
+    (recvCq as SoftCq).users++;
+  }
+
+  // ---------------------------------------------------------------- posting
+
+  postSend(wr: SendWr): void {
+    if (this.sqTail - this.sqHead >= this.sq.length) {
+      throw new VerbsError('VERBS_QUEUE_FULL', 'send queue full', { maxSendWr: this.cap.maxSendWr });
+    }
+    const op = wr.opcode;
+    const sgl = wr.sgList;
+    if (sgl.length > this.cap.maxSendSge) throw invalidArgument('too many SGEs', { n: sgl.length });
+    switch (op) {
+      case WrOpcode.SEND:
+      case WrOpcode.RDMA_WRITE:
+        break;
+      case WrOpcode.SEND_WITH_INV:
+      case WrOpcode.LOCAL_INV:
+        if (typeof wr.invalidateRkey !== 'number') throw invalidArgument('invalidateRkey required', { op });
+        break;
+      case WrOpcode.RDMA_READ:
+        // iWARP: a Read Request names one sink STag (max_sge_rd = 1).
+        if (sgl.length > 1)
+          throw invalidArgument('RDMA Read takes at most one SGE on iWARP', { n: sgl.length });
+        break;
+      default:
+        throw invalidArgument('work request opcode not supported by the soft (iWARP) provider', { op });
+    }
+    if (
+      (op === WrOpcode.RDMA_WRITE || op === WrOpcode.RDMA_READ) &&
+      (typeof wr.rkey !== 'number' || typeof wr.remoteAddr !== 'bigint')
+    ) {
+      throw invalidArgument('rkey and remoteAddr required', { op });
+    }
+    const e = this.sq[this.sqTail % this.sq.length];
+    e.wrId = wr.wrId;
+    e.opcode = op;
+    e.flags = wr.flags;
+    e.nsge = sgl.length;
+    let total = 0;
+    for (let i = 0; i < sgl.length; i++) {
+      const s = sgl[i];
+      if (!Number.isInteger(s.offset) || !Number.isInteger(s.length) || s.offset < 0 || s.length < 0) {
+        throw invalidArgument('SGE offset/length must be non-negative integers', { i });
+      }
+      e.mrs[i] = s.mr as SoftMr;
+      e.offsets[i] = s.offset;
+      e.lengths[i] = s.length;
+      e.keys[i] = s.mr.lkey;
+      total += s.length;
+    }
+    e.total = total;
+    if (op === WrOpcode.RDMA_WRITE || op === WrOpcode.RDMA_READ) {
+      const addr = wr.remoteAddr as bigint;
+      e.rkey = (wr.rkey as number) >>> 0;
+      e.toHi = Number(addr >> 32n) >>> 0;
+      e.toLo = Number(addr & 0xffffffffn);
+    }
+    e.invRkey = (wr.invalidateRkey ?? 0) >>> 0;
+    e.state = ST_POSTED;
+    e.status = WcStatus.SUCCESS;
+    e.placed = 0;
+    this.sqTail++;
+    if (this.dead) {
+      // Hardware flushes WRs posted to a QP in the error state.
+      e.state = ST_DONE;
+      e.status = WcStatus.WR_FLUSH_ERR;
+      e.flags |= SendFlags.SIGNALED;
+      this.sqTx = this.sqTail;
+      this.sqFlushed = this.sqTail;
+      queueMicrotask(() => this.reapSend());
+      return;
+    }
+    this.schedulePump();
+  }
+
+  postRecv(wr: RecvWr): void {
+    if (this.rqTail - this.rqHead >= this.cap.maxRecvWr) {
+      throw new VerbsError('VERBS_QUEUE_FULL', 'receive queue full', { maxRecvWr: this.cap.maxRecvWr });
+    }
+    const sgl = wr.sgList;
+    if (sgl.length > this.cap.maxRecvSge) throw invalidArgument('too many SGEs', { n: sgl.length });
+    const e = this.rq[this.rqTail % this.rq.length];
+    e.wrId = wr.wrId;
+    e.nsge = sgl.length;
+    let total = 0;
+    for (let i = 0; i < sgl.length; i++) {
+      const s = sgl[i];
+      if (!Number.isInteger(s.offset) || !Number.isInteger(s.length) || s.offset < 0 || s.length < 0) {
+        throw invalidArgument('SGE offset/length must be non-negative integers', { i });
+      }
+      e.mrs[i] = s.mr as SoftMr;
+      e.offsets[i] = s.offset;
+      e.lengths[i] = s.length;
+      e.keys[i] = s.mr.lkey;
+      total += s.length;
+    }
+    e.total = total;
+    this.rqTail++;
+    if (this.dead) queueMicrotask(() => this.flushRecvs());
+  }
+
+  // ---------------------------------------------------------------- stream start / stop
+
+  /** Hands over the socket after MPA setup; `leftover` are bytes that followed the MPA frame. */
+  start(socket: Socket, params: StreamParams, leftover: Buffer | undefined): void {
+    this.socket = socket;
+    this.params = params;
+    this.framer = new TxFramer(params.crc);
+    this.state = QpState.RTS;
+    socket.on('drain', this.onDrain);
+    this.canTransmit = !params.waitForPeerFirst;
+    if (params.sendRtr) this.emitZeroLengthWrite();
+    if (leftover && leftover.length > 0) this.onData(leftover);
+    this.schedulePump();
+  }
+
+  get ord(): number {
+    return this.params?.ord ?? 0;
+  }
+
+  get ird(): number {
+    return this.params?.ird ?? 0;
+  }
+
+  // ---------------------------------------------------------------- transmit
+
+  private schedulePump(): void {
+    if (this.pumpScheduled || this.socket === undefined) return;
+    this.pumpScheduled = true;
+    queueMicrotask(this.pumpBound);
+  }
+
+  private pump(): void {
+    this.pumpScheduled = false;
+    const socket = this.socket;
+    const fr = this.framer;
+    if (this.dead || socket === undefined || fr === undefined || !this.canTransmit || this.blocked) return;
+    const params = this.params as StreamParams;
+    const budget = 4 * 1024 * 1024;
+    // Read Responses first: they free the peer's ORD slots.
+    while (this.irq.length > 0 && fr.bytes < budget) {
+      const job = this.irq.shift() as ReadResponseJob;
+      this.emitReadResponse(job);
+      this.irqFree.push(job);
+    }
+    while (this.sqTx < this.sqTail && fr.bytes < budget) {
+      const e = this.sq[this.sqTx % this.sq.length];
+      if (e.opcode === WrOpcode.RDMA_READ && this.readsOutstanding >= params.ord) break; // ORD reached: stall
+      if (e.flags & SendFlags.FENCE && this.readsOutstanding > 0) break;
+      const bad = this.checkLocal(e);
+      if (bad !== 0) {
+        this.sqTx++;
+        e.state = ST_DONE;
+        e.status = bad;
+        this.fatal(Term.LOCAL_CATASTROPHIC, true);
+        return;
+      }
+      switch (e.opcode) {
+        case WrOpcode.SEND:
+        case WrOpcode.SEND_WITH_INV:
+          this.emitSend(e);
+          break;
+        case WrOpcode.RDMA_WRITE:
+          this.emitWrite(e);
+          break;
+        case WrOpcode.RDMA_READ:
+          this.emitReadRequest(e);
+          this.readsOutstanding++;
+          this.orq.push(this.sqTx);
+          break;
+        case WrOpcode.LOCAL_INV: {
+          const mr = this.stags.byIndex(e.invRkey);
+          if (mr === undefined || mr.rkey !== e.invRkey || !mr.valid || mr.pd !== this.pd) {
+            this.sqTx++;
+            e.state = ST_DONE;
+            e.status = WcStatus.MW_BIND_ERR;
+            this.fatal(Term.LOCAL_CATASTROPHIC, true);
+            return;
+          }
+          mr.invalidate();
+          e.state = ST_DONE;
+          break;
+        }
+      }
+      if (e.state === ST_POSTED) e.state = ST_SENT;
+      this.sqTx++;
+    }
+    this.flushFramer();
+    this.reapSend();
+  }
+
+  private flushFramer(): void {
+    const fr = this.framer as TxFramer;
+    const socket = this.socket as Socket;
+    if (fr.bytes === 0 && fr.chunks.length === 0) {
+      // Nothing went out, but WRs that needed no bytes (none today) would complete here.
+      return;
+    }
+    const chunks = fr.take();
+    this.batchEnds.push(this.sqTx);
+    socket.cork();
+    let ok = true;
+    for (let i = 0; i < chunks.length - 1; i++) ok = socket.write(chunks[i]);
+    ok = socket.write(chunks[chunks.length - 1], this.onWritten);
+    socket.uncork();
+    if (!ok) this.blocked = true;
+  }
+
+  /** The socket took a batch: every Send/Write in it is complete. */
+  private written(err?: Error | null): void {
+    const end = this.batchEnds.shift();
+    if (err || this.dead || end === undefined) return;
+    for (let p = this.sqFlushed; p < end; p++) {
+      const e = this.sq[p % this.sq.length];
+      if (e.state === ST_SENT && e.opcode !== WrOpcode.RDMA_READ) e.state = ST_DONE;
+    }
+    this.sqFlushed = end;
+    this.reapSend();
+    if (!this.blocked) this.schedulePump();
+  }
+
+  /** Reports finished WRs from the head of the SQ, in order. */
+  private reapSend(): void {
+    const cq = this.sendCq as SoftCq;
+    while (this.sqHead < this.sqTail) {
+      const e = this.sq[this.sqHead % this.sq.length];
+      if (e.state !== ST_DONE) break;
+      if (e.flags & SendFlags.SIGNALED || e.status !== WcStatus.SUCCESS) {
+        const wc = cq.slot();
+        if (wc === undefined) {
+          this.fatal(Term.LOCAL_CATASTROPHIC, true);
+          return;
+        }
+        wc.wrId = e.wrId;
+        wc.status = e.status;
+        wc.opcode = wcOpcodeOf(e.opcode);
+        wc.byteLen = e.opcode === WrOpcode.RDMA_READ ? e.placed : e.total;
+        wc.wcFlags = 0;
+        wc.immData = 0;
+        wc.invalidatedRkey = 0;
+        wc.qpNum = this.qpNum;
+        wc.vendorErr = 0;
+        cq.commit(e.status !== WcStatus.SUCCESS);
+      }
+      this.sqHead++;
+    }
+  }
+
+  /** Local checks of a WR's SGEs (lkey, validity, PD, bounds, LOCAL_WRITE for a Read sink). */
+  private checkLocal(e: SqEntry): number {
+    for (let i = 0; i < e.nsge; i++) {
+      const mr = e.mrs[i];
+      if (mr.deregistered || !mr.valid || mr.lkey !== e.keys[i] || mr.pd !== this.pd)
+        return WcStatus.LOC_PROT_ERR;
+      if (e.offsets[i] + e.lengths[i] > mr.length) return WcStatus.LOC_PROT_ERR;
+      if (e.opcode === WrOpcode.RDMA_READ) {
+        // iWARP: the sink of a Read is written by the peer's Read Response, a tagged placement.
+        const need = Access.LOCAL_WRITE | Access.REMOTE_WRITE;
+        if ((mr.access & need) !== need) return WcStatus.LOC_ACCESS_ERR;
+      }
+    }
+    return 0;
+  }
+
+  private writeUntagged(
+    at: number,
+    op: number,
+    last: boolean,
+    qn: number,
+    msn: number,
+    mo: number,
+    ulp: number,
+  ): void {
+    const b = (this.framer as TxFramer).slab;
+    b[at] = (last ? DDP_LAST : 0) | DDP_VERSION;
+    b[at + 1] = (RDMAP_VERSION << 6) | op;
+    b.writeUInt32BE(ulp, at + 2);
+    b.writeUInt32BE(qn, at + 6);
+    b.writeUInt32BE(msn, at + 10);
+    b.writeUInt32BE(mo, at + 14);
+  }
+
+  private writeTagged(at: number, op: number, last: boolean, stag: number, toHi: number, toLo: number): void {
+    const b = (this.framer as TxFramer).slab;
+    b[at] = DDP_TAGGED | (last ? DDP_LAST : 0) | DDP_VERSION;
+    b[at + 1] = (RDMAP_VERSION << 6) | op;
+    b.writeUInt32BE(stag, at + 2);
+    b.writeUInt32BE(toHi, at + 6);
+    b.writeUInt32BE(toLo, at + 10);
+  }
+
+  /** Emits the payload of `e` (its SGEs) in segments; `header(seg, moOrOffset, last, len)` writes each header. */
+  private emitSend(e: SqEntry): void {
+    const fr = this.framer as TxFramer;
+    const inv = e.opcode === WrOpcode.SEND_WITH_INV;
+    const se = (e.flags & SendFlags.SOLICITED) !== 0;
+    const op = inv ? (se ? Op.SEND_SE_INV : Op.SEND_INV) : se ? Op.SEND_SE : Op.SEND;
+    const maxPayload = (this.params as StreamParams).mulpdu - (UNTAGGED_HEADER - 2);
+    const msn = this.txMsn[QN_SEND]++;
+    let mo = 0;
+    let sge = 0;
+    let sgeOff = 0;
+    do {
+      const len = Math.min(maxPayload, e.total - mo);
+      const last = mo + len === e.total;
+      const at = fr.begin(UNTAGGED_HEADER - 2 + len, UNTAGGED_HEADER - 2);
+      this.writeUntagged(at, op, last, QN_SEND, msn, mo, inv ? e.invRkey : 0);
+      let left = len;
+      while (left > 0) {
+        const avail = e.lengths[sge] - sgeOff;
+        if (avail === 0) {
+          sge++;
+          sgeOff = 0;
+          continue;
+        }
+        const n = Math.min(avail, left);
+        const start = e.offsets[sge] + sgeOff;
+        fr.payload(e.mrs[sge].buffer, start, start + n);
+        sgeOff += n;
+        left -= n;
+      }
+      fr.end();
+      mo += len;
+    } while (mo < e.total);
+  }
+
+  private emitWrite(e: SqEntry): void {
+    const fr = this.framer as TxFramer;
+    const maxPayload = (this.params as StreamParams).mulpdu - (TAGGED_HEADER - 2);
+    let off = 0;
+    let sge = 0;
+    let sgeOff = 0;
+    do {
+      const len = Math.min(maxPayload, e.total - off);
+      const last = off + len === e.total;
+      const lo = e.toLo + off;
+      const at = fr.begin(TAGGED_HEADER - 2 + len, TAGGED_HEADER - 2);
+      this.writeTagged(at, Op.WRITE, last, e.rkey, (e.toHi + Math.floor(lo / TWO32)) >>> 0, lo >>> 0);
+      let left = len;
+      while (left > 0) {
+        const avail = e.lengths[sge] - sgeOff;
+        if (avail === 0) {
+          sge++;
+          sgeOff = 0;
+          continue;
+        }
+        const n = Math.min(avail, left);
+        const start = e.offsets[sge] + sgeOff;
+        fr.payload(e.mrs[sge].buffer, start, start + n);
+        sgeOff += n;
+        left -= n;
+      }
+      fr.end();
+      off += len;
+    } while (off < e.total);
+  }
+
+  private emitZeroLengthWrite(): void {
+    const fr = this.framer as TxFramer;
+    const at = fr.begin(TAGGED_HEADER - 2, TAGGED_HEADER - 2);
+    this.writeTagged(at, Op.WRITE, true, 0, 0, 0);
+    fr.end();
+  }
+
+  private emitReadRequest(e: SqEntry): void {
+    const fr = this.framer as TxFramer;
+    const hdr = UNTAGGED_HEADER - 2 + READ_REQUEST_BODY;
+    const at = fr.begin(hdr, hdr);
+    this.writeUntagged(at, Op.READ_REQUEST, true, QN_READ_REQUEST, this.txMsn[QN_READ_REQUEST]++, 0, 0);
+    const b = fr.slab;
+    const p = at + UNTAGGED_HEADER - 2;
+    const sink = e.nsge > 0 ? e.mrs[0] : undefined;
+    b.writeUInt32BE(sink ? e.keys[0] : 0, p);
+    b.writeUInt32BE(sink ? sink.iovaHi : 0, p + 4);
+    b.writeUInt32BE(sink ? e.offsets[0] : 0, p + 8);
+    b.writeUInt32BE(e.total, p + 12);
+    b.writeUInt32BE(e.rkey, p + 16);
+    b.writeUInt32BE(e.toHi, p + 20);
+    b.writeUInt32BE(e.toLo, p + 24);
+    fr.end();
+  }
+
+  private emitReadResponse(job: ReadResponseJob): void {
+    const fr = this.framer as TxFramer;
+    const maxPayload = (this.params as StreamParams).mulpdu - (TAGGED_HEADER - 2);
+    let off = 0;
+    do {
+      const len = Math.min(maxPayload, job.length - off);
+      const last = off + len === job.length;
+      const lo = job.sinkToLo + off;
+      const at = fr.begin(TAGGED_HEADER - 2 + len, TAGGED_HEADER - 2);
+      this.writeTagged(
+        at,
+        Op.READ_RESPONSE,
+        last,
+        job.sinkStag,
+        (job.sinkToHi + Math.floor(lo / TWO32)) >>> 0,
+        lo >>> 0,
+      );
+      fr.payload(job.mr.buffer, job.offset + off, job.offset + off + len);
+      fr.end();
+      off += len;
+    } while (off < job.length);
+  }
+
+  private emitTerminate(c: TerminateCause): void {
+    const fr = this.framer as TxFramer;
+    const hdr = UNTAGGED_HEADER - 2 + TERMINATE_CONTROL;
+    const at = fr.begin(hdr, hdr);
+    this.writeUntagged(at, Op.TERMINATE, true, QN_TERMINATE, this.txMsn[QN_TERMINATE]++, 0, 0);
+    // RFC 5040 §4.8 Terminate Control: layer(4) etype(4) code(8) M D R (3) reserved(13); no headers copied.
+    fr.slab.writeUInt32BE(
+      (((c.layer & 0xf) << 28) | ((c.type & 0xf) << 24) | ((c.code & 0xff) << 16)) >>> 0,
+      at + UNTAGGED_HEADER - 2,
+    );
+    fr.end();
+  }
+
+  // ---------------------------------------------------------------- receive
+
+  /** Parses a socket chunk. */
+  onData(chunk: Buffer): void {
+    const n = chunk.length;
+    let i = 0;
+    const crcOn = (this.params as StreamParams).crc;
+    while (i < n && !this.dead) {
+      if (this.rxState === RX_PAYLOAD) {
+        const take = Math.min(this.payloadLeft, n - i);
+        if (crcOn) this.rxCrc = crc32c(chunk, i, i + take, this.rxCrc);
+        this.placePayload(chunk, i, take);
+        i += take;
+        this.payloadLeft -= take;
+        if (this.payloadLeft === 0) this.rxState = RX_TRAILER;
+      } else if (this.rxState === RX_HEADER) {
+        const take = Math.min(this.hdrNeed - this.hdrHave, n - i);
+        chunk.copy(this.hdr, this.hdrHave, i, i + take);
+        this.hdrHave += take;
+        i += take;
+        if (this.hdrHave < this.hdrNeed) continue;
+        if (!this.hdrKnown) {
+          this.hdrKnown = true;
+          this.sizeHeader();
+          if (this.hdrHave < this.hdrNeed) continue;
+        }
+        if (crcOn) this.rxCrc = crc32c(this.hdr, 0, this.hdrNeed, 0);
+        this.onHeader();
+        this.trailerNeed = mpaPad(this.ulpduLen) + MPA_CRC_SIZE;
+        this.trailerHave = 0;
+        this.rxState = this.payloadLeft > 0 ? RX_PAYLOAD : RX_TRAILER;
+      } else {
+        const take = Math.min(this.trailerNeed - this.trailerHave, n - i);
+        chunk.copy(this.trailer, this.trailerHave, i, i + take);
+        this.trailerHave += take;
+        i += take;
+        if (this.trailerHave < this.trailerNeed) continue;
+        const pad = this.trailerNeed - MPA_CRC_SIZE;
+        let crcOk = true;
+        if (crcOn) {
+          const crc = crc32c(this.trailer, 0, pad, this.rxCrc);
+          crcOk = crc === this.trailer.readUInt32LE(pad);
+        }
+        this.rxState = RX_HEADER;
+        this.hdrHave = 0;
+        this.hdrNeed = 4;
+        this.hdrKnown = false;
+        if (!crcOk) {
+          this.fatal(Term.MPA_CRC, true);
+          return;
+        }
+        this.onFpduEnd();
+      }
+    }
+  }
+
+  /** Knows the ULPDU length and the DDP/RDMAP control bytes: how long is the header? */
+  private sizeHeader(): void {
+    this.ulpduLen = this.hdr.readUInt16BE(0);
+    const ctrl = this.hdr[2];
+    const op = this.hdr[3] & 0x0f;
+    let need: number;
+    if (ctrl & DDP_TAGGED) need = TAGGED_HEADER;
+    else if (op === Op.READ_REQUEST) need = UNTAGGED_HEADER + READ_REQUEST_BODY;
+    else if (op === Op.TERMINATE) need = UNTAGGED_HEADER + TERMINATE_CONTROL;
+    else need = UNTAGGED_HEADER;
+    // A ULPDU shorter than its header: take what it has; onHeader() reports it after the CRC check.
+    this.hdrNeed = Math.min(need, this.ulpduLen + 2);
+  }
+
+  private onHeader(): void {
+    const h = this.hdr;
+    const ctrl = h[2];
+    const rd = h[3];
+    const op = rd & 0x0f;
+    const tagged = (ctrl & DDP_TAGGED) !== 0;
+    this.rxOp = op;
+    this.rxLast = (ctrl & DDP_LAST) !== 0;
+    this.sink = SINK_DISCARD;
+    this.pendingError = undefined;
+    this.pendingRecvStatus = 0;
+    this.payloadLeft = this.ulpduLen + 2 - this.hdrNeed;
+    const fullHeader = tagged
+      ? TAGGED_HEADER
+      : op === Op.READ_REQUEST
+        ? UNTAGGED_HEADER + READ_REQUEST_BODY
+        : op === Op.TERMINATE
+          ? UNTAGGED_HEADER + TERMINATE_CONTROL
+          : UNTAGGED_HEADER;
+    if (this.hdrNeed < fullHeader) {
+      this.pendingError = Term.MPA_FPDU_START;
+      return;
+    }
+    if ((ctrl & 3) !== DDP_VERSION) {
+      this.pendingError = tagged ? Term.DDP_T_VERSION : Term.DDP_U_VERSION;
+      return;
+    }
+    if (rd >>> 6 !== RDMAP_VERSION) {
+      this.pendingError = Term.RDMAP_VERSION;
+      return;
+    }
+    if (tagged) {
+      if (op !== Op.WRITE && op !== Op.READ_RESPONSE) {
+        this.pendingError = Term.RDMAP_OPCODE;
+        return;
+      }
+      const stag = h.readUInt32BE(4);
+      const toHi = h.readUInt32BE(8);
+      const toLo = h.readUInt32BE(12);
+      const len = this.payloadLeft;
+      if (op === Op.READ_RESPONSE) {
+        const pos = this.orq[0];
+        if (pos === undefined) {
+          this.pendingError = Term.RDMAP_OPCODE;
+          return;
+        }
+        const e = this.sq[pos % this.sq.length];
+        if (e.nsge === 0 ? stag !== 0 || len !== 0 : stag !== e.keys[0]) {
+          this.pendingError = Term.DDP_T_STAG_NOT_ASSOC;
+          return;
+        }
+        e.placed += len;
+        if (e.placed > e.total) {
+          this.pendingError = Term.DDP_T_BASE_BOUNDS;
+          return;
+        }
+      }
+      if (len === 0) return; // a zero-length tagged segment (RTR) is not validated
+      const err = this.checkTagged(stag, toHi, toLo, len, Access.REMOTE_WRITE, false);
+      if (err !== undefined) {
+        this.pendingError = err;
+        return;
+      }
+      this.sink = SINK_TAGGED;
+      this.sinkBuf = (this.stags.byIndex(stag) as SoftMr).buffer;
+      this.sinkPos = toLo;
+      return;
+    }
+    const qn = h.readUInt32BE(8);
+    const msn = h.readUInt32BE(12);
+    const mo = h.readUInt32BE(16);
+    switch (op) {
+      case Op.SEND:
+      case Op.SEND_INV:
+      case Op.SEND_SE:
+      case Op.SEND_SE_INV: {
+        if (qn !== QN_SEND) {
+          this.pendingError = Term.DDP_U_INVALID_QN;
+          return;
+        }
+        if (msn !== this.rxMsn[QN_SEND]) {
+          this.pendingError = Term.DDP_U_MSN_RANGE;
+          return;
+        }
+        if (mo !== this.recvMo) {
+          this.pendingError = Term.DDP_U_INVALID_MO;
+          return;
+        }
+        if (mo === 0) {
+          if (this.rqHead === this.rqTail) {
+            this.pendingError = Term.DDP_U_NO_BUFFER;
+            return;
+          }
+          const r = this.rq[this.rqHead % this.rq.length];
+          this.recvCur = r;
+          for (let k = 0; k < r.nsge; k++) {
+            const mr = r.mrs[k];
+            if (
+              mr.deregistered ||
+              !mr.valid ||
+              mr.lkey !== r.keys[k] ||
+              mr.pd !== this.pd ||
+              !(mr.access & Access.LOCAL_WRITE) ||
+              r.offsets[k] + r.lengths[k] > mr.length
+            ) {
+              this.pendingRecvStatus = WcStatus.LOC_PROT_ERR;
+              this.pendingError = Term.LOCAL_CATASTROPHIC;
+              return;
+            }
+          }
+        }
+        const r = this.recvCur as RqEntry;
+        if (mo + this.payloadLeft > r.total) {
+          this.pendingRecvStatus = WcStatus.LOC_LEN_ERR;
+          this.pendingError = Term.DDP_U_TOO_LONG;
+          return;
+        }
+        this.recvMo = mo + this.payloadLeft;
+        this.sink = SINK_RECV;
+        this.sinkPos = mo;
+        if (op === Op.SEND_INV || op === Op.SEND_SE_INV) {
+          this.recvHasInv = true;
+          this.recvInvalidated = h.readUInt32BE(4);
+        }
+        return;
+      }
+      case Op.READ_REQUEST: {
+        if (qn !== QN_READ_REQUEST) {
+          this.pendingError = Term.DDP_U_INVALID_QN;
+          return;
+        }
+        if (msn !== this.rxMsn[QN_READ_REQUEST]) {
+          this.pendingError = Term.DDP_U_MSN_RANGE;
+          return;
+        }
+        if (mo !== 0 || !this.rxLast) {
+          this.pendingError = Term.DDP_U_INVALID_MO;
+          return;
+        }
+        // More Read Requests outstanding than our IRD: the MSN is outside the advertised range.
+        if (this.irq.length >= (this.params as StreamParams).ird) {
+          this.pendingError = Term.DDP_U_MSN_RANGE;
+          return;
+        }
+        if (this.payloadLeft !== 0) {
+          this.pendingError = Term.DDP_U_TOO_LONG;
+          return;
+        }
+        return;
+      }
+      case Op.TERMINATE: {
+        if (qn !== QN_TERMINATE) {
+          this.pendingError = Term.DDP_U_INVALID_QN;
+          return;
+        }
+        this.sink = SINK_SMALL;
+        this.smallPos = 0;
+        return;
+      }
+      default:
+        this.pendingError = Term.RDMAP_OPCODE;
+    }
+  }
+
+  /** Tagged-buffer checks for a Write target / Read Response sink (DDP codes) or a Read source (RDMAP codes). */
+  private checkTagged(
+    stag: number,
+    toHi: number,
+    toLo: number,
+    len: number,
+    access: number,
+    rdmap: boolean,
+  ): TerminateCause | undefined {
+    const mr = this.stags.byIndex(stag);
+    if (mr === undefined || mr.rkey !== stag || !mr.valid)
+      return rdmap ? Term.RDMAP_INVALID_STAG : Term.DDP_T_INVALID_STAG;
+    if (mr.pd !== this.pd) return rdmap ? Term.RDMAP_STAG_NOT_ASSOC : Term.DDP_T_STAG_NOT_ASSOC;
+    if (!(mr.access & access)) return Term.RDMAP_ACCESS_RIGHTS;
+    if (toHi !== mr.iovaHi || toLo + len > mr.length)
+      return rdmap ? Term.RDMAP_BASE_BOUNDS : Term.DDP_T_BASE_BOUNDS;
+    return undefined;
+  }
+
+  private placePayload(chunk: Buffer, i: number, n: number): void {
+    switch (this.sink) {
+      case SINK_TAGGED:
+        chunk.copy(this.sinkBuf as Buffer, this.sinkPos, i, i + n);
+        this.sinkPos += n;
+        return;
+      case SINK_RECV: {
+        const r = this.recvCur as RqEntry;
+        let pos = this.sinkPos;
+        let k = 0;
+        let base = 0;
+        while (n > 0) {
+          while (pos >= base + r.lengths[k]) {
+            base += r.lengths[k];
+            k++;
+          }
+          const inSge = pos - base;
+          const take = Math.min(n, r.lengths[k] - inSge);
+          chunk.copy(r.mrs[k].buffer, r.offsets[k] + inSge, i, i + take);
+          i += take;
+          n -= take;
+          pos += take;
+        }
+        this.sinkPos = pos;
+        return;
+      }
+      case SINK_SMALL: {
+        const take = Math.min(n, this.small.length - this.smallPos);
+        chunk.copy(this.small, this.smallPos, i, i + take);
+        this.smallPos += take;
+        return;
+      }
+      default:
+        return;
+    }
+  }
+
+  /** A whole FPDU arrived with a good CRC (or with CRC off). */
+  private onFpduEnd(): void {
+    if (!this.gotFirstFpdu) {
+      this.gotFirstFpdu = true;
+      if (!this.canTransmit) {
+        this.canTransmit = true;
+        this.schedulePump();
+      }
+      this.owner.onFirstFpdu();
+    }
+    if (this.pendingError !== undefined) {
+      if (this.pendingRecvStatus !== 0) this.failRecvHead(this.pendingRecvStatus);
+      this.fatal(this.pendingError, true);
+      return;
+    }
+    const h = this.hdr;
+    switch (this.rxOp) {
+      case Op.SEND:
+      case Op.SEND_INV:
+      case Op.SEND_SE:
+      case Op.SEND_SE_INV:
+        if (this.rxLast) this.completeRecv();
+        return;
+      case Op.READ_RESPONSE:
+        if (this.rxLast) this.completeRead();
+        return;
+      case Op.READ_REQUEST: {
+        this.rxMsn[QN_READ_REQUEST]++;
+        const p = UNTAGGED_HEADER;
+        const size = h.readUInt32BE(p + 12);
+        const srcStag = h.readUInt32BE(p + 16);
+        const srcHi = h.readUInt32BE(p + 20);
+        const srcLo = h.readUInt32BE(p + 24);
+        let mr: SoftMr | undefined;
+        if (size > 0) {
+          const err = this.checkTagged(srcStag, srcHi, srcLo, size, Access.REMOTE_READ, true);
+          if (err !== undefined) {
+            this.fatal(err, true);
+            return;
+          }
+          mr = this.stags.byIndex(srcStag);
+        }
+        const job = this.irqFree.pop() ?? new ReadResponseJob();
+        job.mr = mr as SoftMr;
+        job.offset = srcLo;
+        job.length = size;
+        job.sinkStag = h.readUInt32BE(p);
+        job.sinkToHi = h.readUInt32BE(p + 4);
+        job.sinkToLo = h.readUInt32BE(p + 8);
+        if (size === 0) job.mr = { buffer: Buffer.alloc(0) } as SoftMr;
+        this.irq.push(job);
+        this.schedulePump();
+        return;
+      }
+      case Op.TERMINATE: {
+        const w = h.readUInt32BE(UNTAGGED_HEADER);
+        const c = describeTerminate(w >>> 28, (w >>> 24) & 0xf, (w >>> 16) & 0xff);
+        this.fatal(c, false);
+        return;
+      }
+      default:
+        return;
+    }
+  }
+
+  private completeRecv(): void {
+    const r = this.recvCur as RqEntry;
+    let flags = 0;
+    let invalidated = 0;
+    if (this.recvHasInv) {
+      // RFC 5040 §5.3: invalidate the STag before the Send is reported.
+      const stag = this.recvInvalidated;
+      const mr = this.stags.byIndex(stag);
+      if (mr === undefined || mr.rkey !== stag || !mr.valid || mr.pd !== this.pd) {
+        this.failRecvHead(WcStatus.REM_INV_REQ_ERR);
+        this.fatal(Term.RDMAP_CANNOT_INVALIDATE, true);
+        return;
+      }
+      mr.invalidate();
+      flags = WcFlags.WITH_INV;
+      invalidated = stag;
+    }
+    const solicited = this.rxOp === Op.SEND_SE || this.rxOp === Op.SEND_SE_INV;
+    const cq = this.recvCq as SoftCq;
+    const wc = cq.slot();
+    if (wc === undefined) {
+      this.fatal(Term.LOCAL_CATASTROPHIC, true);
+      return;
+    }
+    wc.wrId = r.wrId;
+    wc.status = WcStatus.SUCCESS;
+    wc.opcode = WcOpcode.RECV;
+    wc.byteLen = this.recvMo;
+    wc.wcFlags = flags;
+    wc.immData = 0;
+    wc.invalidatedRkey = invalidated;
+    wc.qpNum = this.qpNum;
+    wc.vendorErr = 0;
+    cq.commit(solicited);
+    this.rqHead++;
+    this.recvCur = undefined;
+    this.recvMo = 0;
+    this.recvHasInv = false;
+    this.rxMsn[QN_SEND]++;
+  }
+
+  private completeRead(): void {
+    const pos = this.orq.shift() as number;
+    const e = this.sq[pos % this.sq.length];
+    e.state = ST_DONE;
+    this.readsOutstanding--;
+    this.reapSend();
+    this.schedulePump(); // an ORD-stalled Read may go now
+  }
+
+  private failRecvHead(status: number): void {
+    if (this.rqHead === this.rqTail) return;
+    const r = this.rq[this.rqHead % this.rq.length];
+    this.pushRecvCompletion(r.wrId, status);
+    this.rqHead++;
+  }
+
+  private pushRecvCompletion(wrId: number, status: number): void {
+    const cq = this.recvCq as SoftCq;
+    const wc = cq.slot();
+    if (wc === undefined) return;
+    wc.wrId = wrId;
+    wc.status = status;
+    wc.opcode = WcOpcode.RECV;
+    wc.byteLen = 0;
+    wc.wcFlags = 0;
+    wc.immData = 0;
+    wc.invalidatedRkey = 0;
+    wc.qpNum = this.qpNum;
+    wc.vendorErr = 0;
+    cq.commit(true);
+  }
+
+  private flushRecvs(): void {
+    while (this.rqHead < this.rqTail) {
+      this.pushRecvCompletion(this.rq[this.rqHead % this.rq.length].wrId, WcStatus.WR_FLUSH_ERR);
+      this.rqHead++;
+    }
+  }
+
+  // ---------------------------------------------------------------- errors
+
+  /**
+   * The stream is over. `local` = we detected `cause` (send a Terminate first, RFC 5040 §6.1);
+   * otherwise the peer terminated with `cause`. Flushes every WR and tells the owner.
+   */
+  fatal(cause: TerminateCause, local: boolean): void {
+    if (this.dead) return;
+    this.dead = true;
+    this.state = QpState.ERR;
+    const socket = this.socket;
+    if (local && socket !== undefined && !socket.destroyed && this.framer !== undefined) {
+      this.framer.take(); // drop anything half-built
+      this.emitTerminate(cause);
+      const chunks = this.framer.take();
+      for (const c of chunks) socket.write(c);
+      socket.end();
+      // If the peer never closes its side, do not keep the socket forever.
+      setTimeout(() => socket.destroy(), 2000).unref();
+    } else if (socket !== undefined) {
+      socket.destroy();
+    }
+    this.flushAll(local ? undefined : cause);
+    this.owner.onStreamDead({ terminate: { local, ...cause } });
+  }
+
+  /** The connection ended without a Terminate (disconnect, peer closed, socket error). */
+  closeStream(error?: Error): void {
+    if (this.dead) return;
+    this.dead = true;
+    this.state = QpState.ERR;
+    this.socket?.destroy();
+    this.flushAll(undefined);
+    this.owner.onStreamDead({ error });
+  }
+
+  /** Marks every outstanding WR done (in error) and reports them; receives are flushed too. */
+  private flushAll(remote: TerminateCause | undefined): void {
+    // Completions are reported in order: WRs finished before the first unfinished one keep their
+    // status; the first unfinished one takes the blame for a remote Terminate (if it was in flight);
+    // everything after it, finished or not, is flushed, since its completion was not reported yet.
+    let failed = false;
+    for (let p = this.sqHead; p < this.sqTail; p++) {
+      const e = this.sq[p % this.sq.length];
+      if (e.state === ST_DONE && e.status !== WcStatus.SUCCESS) {
+        failed = true; // keeps its own error status (e.g. the WR that hit a local protection error)
+        continue;
+      }
+      if (!failed && e.state === ST_DONE) continue;
+      e.status =
+        !failed && remote !== undefined && e.state === ST_SENT
+          ? remoteStatusFor(remote)
+          : WcStatus.WR_FLUSH_ERR;
+      failed = true;
+      e.state = ST_DONE;
+    }
+    this.sqTx = this.sqTail;
+    this.sqFlushed = this.sqTail;
+    this.orq.length = 0;
+    this.irq.length = 0;
+    this.readsOutstanding = 0;
+    this.reapSend();
+    this.flushRecvs();
+  }
+
+  /** Releases the QP's hold on its PD and CQs. */
+  release(): void {
+    this.pd.qpCount--;
+    (this.sendCq as SoftCq).users--;
+    (this.recvCq as SoftCq).users--;
+  }
+}
+
+function wcOpcodeOf(op: number): number {
+  switch (op) {
+    case WrOpcode.RDMA_WRITE:
+      return WcOpcode.RDMA_WRITE;
+    case WrOpcode.RDMA_READ:
+      return WcOpcode.RDMA_READ;
+    case WrOpcode.LOCAL_INV:
+      return WcOpcode.LOCAL_INV;
+    default:
+      return WcOpcode.SEND;
+  }
+}
+
+export { Layer };

@@ -1,0 +1,71 @@
+/**
+ * iWARP wire constants (RFC 5044 MPA, RFC 5041 DDP, RFC 5040 RDMAP, RFC 6581 MPA v2).
+ * Offsets are from the start of an FPDU, i.e. they include MPA's 2-byte ULPDU length.
+ */
+
+/** RFC 5044 §7.1: the 16-byte keys opening an MPA request and reply. */
+export const MPA_KEY_REQ = Buffer.from('MPA ID Req Frame', 'latin1');
+export const MPA_KEY_REP = Buffer.from('MPA ID Rep Frame', 'latin1');
+export const MPA_HEADER_SIZE = 20;
+/** RFC 5044 §7.1: private data is at most 512 bytes. */
+export const MPA_MAX_PRIVATE_DATA = 512;
+/** RFC 6581 §5: the IRD and ORD words that open private data in enhanced mode. */
+export const MPA_V2_IRD_ORD_SIZE = 4;
+
+export const MPA_FLAG_MARKERS = 0x80;
+export const MPA_FLAG_CRC = 0x40;
+export const MPA_FLAG_REJECT = 0x20;
+export const MPA_FLAG_ENHANCED = 0x10;
+
+/** RFC 6581 §5: IRD word bits; ORD word bits. */
+export const MPA_V2_PEER_TO_PEER = 0x8000;
+export const MPA_V2_ZERO_LENGTH_SEND_RTR = 0x4000;
+export const MPA_V2_ZERO_LENGTH_WRITE_RTR = 0x8000;
+export const MPA_V2_ZERO_LENGTH_READ_RTR = 0x4000;
+export const MPA_V2_IRD_ORD_MASK = 0x3fff;
+
+/** MPA framing: 2-byte ULPDU length before, pad to 4 and a 4-byte CRC after. */
+export const MPA_LENGTH_SIZE = 2;
+export const MPA_CRC_SIZE = 4;
+
+/** DDP control byte (RFC 5041 §4): T tagged, L last, DV = 1 in the low 2 bits. */
+export const DDP_TAGGED = 0x80;
+export const DDP_LAST = 0x40;
+export const DDP_VERSION = 1;
+/** RDMAP control byte (RFC 5040 §4.2): RV = 1 in the top 2 bits, opcode in the low 4. */
+export const RDMAP_VERSION = 1;
+
+/** RFC 5040 §4.2 opcodes. */
+export const Op = {
+  WRITE: 0,
+  READ_REQUEST: 1,
+  READ_RESPONSE: 2,
+  SEND: 3,
+  SEND_INV: 4,
+  SEND_SE: 5,
+  SEND_SE_INV: 6,
+  TERMINATE: 7,
+} as const;
+
+/** RFC 5040 §5.1: untagged queue numbers. */
+export const QN_SEND = 0;
+export const QN_READ_REQUEST = 1;
+export const QN_TERMINATE = 2;
+
+/** Header sizes counted from the FPDU start (length + DDP/RDMAP header). */
+export const TAGGED_HEADER = 2 + 2 + 4 + 8; // 16
+export const UNTAGGED_HEADER = 2 + 2 + 4 + 4 + 4 + 4; // 20
+/** RFC 5040 §4.4: sink STag, sink TO, size, source STag, source TO. */
+export const READ_REQUEST_BODY = 4 + 8 + 4 + 4 + 8; // 28
+/** RFC 5040 §4.8: Terminate Control word. */
+export const TERMINATE_CONTROL = 4;
+
+/** Pad needed after a ULPDU of `ulpduLength` so that (2 + length + pad) is a multiple of 4. */
+export function mpaPad(ulpduLength: number): number {
+  return (4 - ((ulpduLength + 2) & 3)) & 3;
+}
+
+/** Whole FPDU size on the wire for a ULPDU of `ulpduLength` bytes. */
+export function fpduSize(ulpduLength: number): number {
+  return MPA_LENGTH_SIZE + ulpduLength + mpaPad(ulpduLength) + MPA_CRC_SIZE;
+}
