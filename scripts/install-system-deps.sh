@@ -9,6 +9,7 @@ packages=(
   nfs-ganesha nfs-ganesha-vfs nfs-ganesha-proxy-v4 rpcbind libnfs-utils
   haproxy socat
   libibverbs-dev librdmacm-dev ibverbs-providers pkg-config
+  valgrind
 )
 
 missing=()

@@ -1,0 +1,42 @@
+/**
+ * How test/native finds the addon. A missing or stale build never breaks `npm test` silently: on a
+ * developer machine the addon tests are skipped with a loud banner naming what is missing (usually the
+ * Debian packages libibverbs-dev librdmacm-dev, then `npm run build:native`); under CI — where
+ * scripts/install-system-deps.sh installs them and `npm ci` builds the addon — they fail instead.
+ */
+import { existsSync, readdirSync } from 'node:fs';
+import test from 'ava';
+import { loadAddon, type RdmaNativeAddon } from '../../rdma-backend/providers/native/addon.js';
+import { inCI } from '../helpers/peers.js';
+
+export const load = loadAddon();
+
+/** The addon, or undefined (then `addonTest` is a loud skip, or a failure under CI). */
+export const addon: RdmaNativeAddon | undefined = load.ok ? load.addon : undefined;
+
+let warned = false;
+
+/** `test` when the addon loaded (or under CI, where a missing addon must fail), else a loud skip. */
+export function addonTest(): typeof test {
+  if (load.ok || inCI) return test;
+  if (!warned) {
+    warned = true;
+    process.stderr.write(
+      `\n!!! NATIVE ADDON UNAVAILABLE: ${load.error.message}\n!!! The native addon tests are SKIPPED, not passed.\n\n`,
+    );
+  }
+  return test.skip as unknown as typeof test;
+}
+
+/** The addon for a test body: throws the load error (so CI reports exactly what is missing). */
+export function requireAddon(): RdmaNativeAddon {
+  if (!load.ok) throw load.error;
+  return load.addon;
+}
+
+/** True when the kernel exposes at least one verbs device (what `ibv_get_device_list` enumerates). */
+export function kernelHasRdmaDevice(): boolean {
+  const dir = '/sys/class/infiniband_verbs';
+  if (!existsSync(dir)) return false;
+  return readdirSync(dir).some((n) => n.startsWith('uverbs'));
+}
