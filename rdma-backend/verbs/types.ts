@@ -65,6 +65,13 @@ export interface Device {
   readonly name: string;
   readonly caps: DeviceCaps;
   allocPd(): ProtectionDomain;
+  /**
+   * Allocates zeroed memory this device can register: `registerMemory` accepts it and any view into it.
+   * The native provider hands out page-aligned memory it owns (never a `Buffer.allocUnsafe` pool slab,
+   * whose pages hold unrelated data that pinning would expose to DMA); the soft provider a plain Buffer.
+   * Every buffer meant for registration (pools, chunk memory, test regions) comes from here.
+   */
+  allocBuffer(length: number): Buffer;
   /** Creates a CQ (`ibv_create_cq`). `depth` ≤ `caps.maxCqe`. */
   createCq(depth: number): CompletionQueue;
   /**

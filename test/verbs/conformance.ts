@@ -100,8 +100,8 @@ export function registerConformance(f: ProviderFactory): void {
     t.is(CmEventType.DISCONNECTED, 10);
     t.is(WcFlags.WITH_INV, 8);
     const pd = dev.allocPd();
-    t.throws(() => pd.registerMemory(Buffer.alloc(8), Access.REMOTE_WRITE), { message: /LOCAL_WRITE/ });
-    const mr = pd.registerMemory(Buffer.alloc(8), RW);
+    t.throws(() => pd.registerMemory(dev.allocBuffer(8), Access.REMOTE_WRITE), { message: /LOCAL_WRITE/ });
+    const mr = pd.registerMemory(dev.allocBuffer(8), RW);
     t.throws(() => pd.dealloc(), { message: /still/ });
     const old = mr.rkey;
     mr.rekey();
@@ -532,7 +532,7 @@ export function registerConformance(f: ProviderFactory): void {
     'Write to a region of another protection domain',
     (p) => {
       const otherPd = p.server.device.allocPd();
-      const buf = Buffer.alloc(16);
+      const buf = p.server.device.allocBuffer(16);
       const mr = otherPd.registerMemory(buf, RW);
       writeTo(p, mr.rkey, mr.iova, 8);
     },

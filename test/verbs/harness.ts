@@ -137,7 +137,7 @@ export class Guarded {
   readonly mr: MemoryRegion;
 
   constructor(pd: ProtectionDomain, size: number, access: number, fill = 0) {
-    this.whole = Buffer.alloc(size + 2 * GUARD, GUARD_BYTE);
+    this.whole = pd.device.allocBuffer(size + 2 * GUARD).fill(GUARD_BYTE);
     this.buf = this.whole.subarray(GUARD, GUARD + size);
     this.buf.fill(fill);
     this.mr = pd.registerMemory(this.buf, access);

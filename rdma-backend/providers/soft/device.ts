@@ -91,6 +91,10 @@ export class SoftDevice implements Device {
     if (this.closed) throw new VerbsError('VERBS_DESTROYED', 'device is closed', { device: this.name });
   }
 
+  allocBuffer(length: number): Buffer {
+    return Buffer.alloc(length);
+  }
+
   allocPd(): ProtectionDomain {
     this.alive();
     return new SoftPd(this, this.stags, SOFT_CAPS.maxMrSize);
