@@ -1,38 +1,174 @@
 #!/usr/bin/env node
 /**
- * The `rpcrdma-gateway` command. Subcommands are added as the layers they run land (see README).
+ * The `rpcrdma-gateway` command.
+ *
+ * Subcommands live in `COMMANDS`; each is a function of `CommandContext` resolving with the exit code.
+ * `start`, `responder`, `demo` and `status` are declared but not available yet: they need the
+ * RPC-over-RDMA transport (and, for `status`, the admin API) and arrive with them — they say so plainly
+ * instead of pretending. To add one, implement it in `commands/` and replace its `unavailable` entry.
  */
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { GatewayError } from '../common/errors.js';
+import { type ParsedArgs, parseArgs, takeFlag } from './cli-args.js';
+import type { Command, CommandContext } from './commands/context.js';
+import { ping } from './commands/ping.js';
+import { DEFAULT_TEST_PROGRAM_LISTEN, serveTestProgramCommand } from './commands/serve-test-program.js';
+import {
+  CONFIG_SCHEMA,
+  defaultText,
+  ENV_CONFIG_FILE,
+  envName,
+  flagName,
+  loadConfig,
+  printableConfig,
+} from './config.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const pkg = JSON.parse(readFileSync(join(here, '..', '..', 'package.json'), 'utf8')) as { version: string };
 
-const usage = `rpcrdma-gateway ${pkg.version}
+interface CommandEntry {
+  summary: string;
+  run: Command;
+}
 
-usage: rpcrdma-gateway <command>
+function unavailable(name: string, needs: string): Command {
+  return async (ctx) => {
+    ctx.stderr.write(
+      `rpcrdma-gateway: '${name}' is not available in this build yet: it needs ${needs}, which has not landed.\n` +
+        `What works today: serve-test-program, ping, --print-config (see 'rpcrdma-gateway help').\n`,
+    );
+    return 3;
+  };
+}
+
+const COMMANDS: Record<string, CommandEntry> = {
+  start: {
+    summary: 'run the gateway (TCP frontend -> RDMA pool); with no configuration, the embedded chain',
+    run: unavailable('start', 'the RPC-over-RDMA transport (rdma-backend/transport)'),
+  },
+  responder: {
+    summary: 'accept RPC-over-RDMA connections and forward them to a TCP RPC server (--upstream)',
+    run: unavailable('responder', 'the RPC-over-RDMA transport (rdma-backend/transport)'),
+  },
+  demo: {
+    summary: 'the embedded chain in front of a local NFS server (--upstream 127.0.0.1:2050)',
+    run: unavailable('demo', 'the RPC-over-RDMA transport (rdma-backend/transport)'),
+  },
+  status: {
+    summary: "query a running gateway's admin API",
+    run: unavailable('status', 'the admin API (admin-api/)'),
+  },
+  'serve-test-program': {
+    summary: `serve the built-in load-test RPC program over TCP [--listen HOST:PORT] (default ${DEFAULT_TEST_PROGRAM_LISTEN})`,
+    run: serveTestProgramCommand,
+  },
+  ping: {
+    summary:
+      'call the test program and print round-trip times [--target HOST:PORT] [--count N] [--size BYTES] [--interval MS] [--timeout MS]',
+    run: ping,
+  },
+  version: {
+    summary: 'print the version',
+    run: async (ctx) => {
+      ctx.stdout.write(`${pkg.version}\n`);
+      return 0;
+    },
+  },
+  help: { summary: 'this text; `help config` lists every configuration key', run: async (ctx) => help(ctx) },
+};
+
+function usage(): string {
+  const width = Math.max(...Object.keys(COMMANDS).map((c) => c.length)) + 2;
+  const lines = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(width)}${c.summary}`);
+  return `rpcrdma-gateway ${pkg.version}
+
+usage: rpcrdma-gateway <command> [flags]
 
 commands:
-  version     print the version
-  help        this text
-`;
+${lines.join('\n')}
 
-function main(argv: string[]): number {
-  const [command = 'help'] = argv;
-  switch (command) {
-    case 'version':
-    case '--version':
-      process.stdout.write(`${pkg.version}\n`);
-      return 0;
-    case 'help':
-    case '--help':
-      process.stdout.write(usage);
-      return 0;
-    default:
-      process.stderr.write(`rpcrdma-gateway: unknown command '${command}'\n\n${usage}`);
+flags for every command:
+  --config FILE       configuration file, YAML or JSON (or ${ENV_CONFIG_FILE})
+  --print-config      print the effective configuration (defaults < file < environment < flags) and exit
+  --<key> VALUE       any configuration key, e.g. --frontend-max-calls-in-flight 64, --log-level debug
+
+Configuration: docs/configuration.md, or 'rpcrdma-gateway help config'. Test program: docs/test-program.md.
+`;
+}
+
+function configHelp(): string {
+  const rows = CONFIG_SCHEMA.map(
+    (d) =>
+      `  ${d.key}\n      --${flagName(d.key)}, ${envName(d.key)} (default: ${defaultText(d)})\n      ${d.doc}`,
+  );
+  return `configuration keys (file key, flag, environment variable):\n${rows.join('\n')}\n`;
+}
+
+async function help(ctx: CommandContext): Promise<number> {
+  ctx.stdout.write(ctx.args.positionals[0] === 'config' ? configHelp() : usage());
+  return 0;
+}
+
+function printConfig(ctx: CommandContext, args: ParsedArgs): number {
+  const file = takeFlag(args, 'config');
+  ctx.stdout.write(printableConfig(loadConfig({ file, env: ctx.env, flags: args.flags })));
+  return 0;
+}
+
+export async function main(argv: readonly string[], ctx: Omit<CommandContext, 'args'>): Promise<number> {
+  let args: ParsedArgs;
+  try {
+    args = parseArgs(argv);
+  } catch (err) {
+    return fail(ctx, err);
+  }
+  const full: CommandContext = { ...ctx, args };
+  try {
+    if (args.switches.has('version') && args.command === undefined) return await COMMANDS.version.run(full);
+    if (args.switches.has('print-config')) return printConfig(full, args);
+    if (args.switches.has('help') || args.command === undefined) return await help(full);
+    const entry = Object.hasOwn(COMMANDS, args.command) ? COMMANDS[args.command] : undefined;
+    if (!entry) {
+      ctx.stderr.write(`rpcrdma-gateway: unknown command '${args.command}'\n\n${usage()}`);
       return 2;
+    }
+    // `--config FILE` reaches every command through the environment variable the loader reads.
+    const file = takeFlag(args, 'config');
+    if (file) full.env = { ...full.env, [ENV_CONFIG_FILE]: file };
+    return await entry.run(full);
+  } catch (err) {
+    return fail(ctx, err);
   }
 }
 
-process.exitCode = main(process.argv.slice(2));
+function fail(ctx: Omit<CommandContext, 'args'>, err: unknown): number {
+  if (err instanceof GatewayError) {
+    ctx.stderr.write(`rpcrdma-gateway: ${err.message}\n`);
+    // A configuration or usage problem is the caller's (2); anything else failed at run time (1).
+    return err.code.startsWith('ERR_CONFIG') || err.code === 'ERR_ADDRESS' ? 2 : 1;
+  }
+  ctx.stderr.write(`rpcrdma-gateway: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  return 1;
+}
+
+const invokedDirectly =
+  process.argv[1] !== undefined && fileURLToPath(import.meta.url) === (await realpath(process.argv[1]));
+
+async function realpath(p: string): Promise<string> {
+  const { realpathSync } = await import('node:fs');
+  try {
+    return realpathSync(p);
+  } catch {
+    return p;
+  }
+}
+
+if (invokedDirectly) {
+  process.exitCode = await main(process.argv.slice(2), {
+    env: process.env,
+    stdout: process.stdout,
+    stderr: process.stderr,
+  });
+}

@@ -1,0 +1,537 @@
+/**
+ * The gateway's configuration: one typed schema, four sources in increasing precedence —
+ * built-in defaults < configuration file (YAML or JSON) < environment (`RPCRDMA_GATEWAY_*`) < command-line
+ * flags — and validation errors (`ConfigError`) that name the key and the source the bad value came from.
+ *
+ * Every key is declared once in `CONFIG_SCHEMA` with its type, default, range and documentation; the
+ * environment variable and flag names are derived from the key (`frontend.maxCallsInFlight` →
+ * `RPCRDMA_GATEWAY_FRONTEND_MAX_CALLS_IN_FLIGHT`, `--frontend-max-calls-in-flight`). docs/configuration.md
+ * lists the same table (a test keeps them in step).
+ */
+import { readFileSync } from 'node:fs';
+import { parse as parseYaml } from 'yaml';
+import { ConfigError, UsageError } from '../common/errors.js';
+import { formatHostPort, type HostPort, parseHostPort } from '../tcp-frontend/address.js';
+import { DEFAULT_FRONTEND_LIMITS } from '../tcp-frontend/limits.js';
+import { MAX_FRAGMENT_LENGTH } from '../tcp-frontend/record-marking.js';
+
+/** The port NFS uses (RFC 7530 §3.1): the gateway is a drop-in NFS endpoint. */
+export const DEFAULT_FRONTEND_PORT = 2049;
+/** The port IANA assigned to NFS over RDMA (RFC 8267 §6), for the responder role. */
+export const DEFAULT_RDMA_PORT = 20049;
+
+export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+export type LogFormat = 'auto' | 'json' | 'pretty';
+export type ProviderChoice = 'auto' | 'soft' | 'native';
+/** `'embedded'`, or an address. */
+export type Endpoint = 'embedded' | HostPort;
+
+export interface GatewayConfig {
+  frontend: {
+    listen: HostPort[];
+    maxConnections: number;
+    maxRecordSize: number;
+    maxCallsInFlight: number;
+    idleTimeoutMs: number;
+  };
+  /** The TCP RPC server the responder forwards to; `embedded` is the built-in test program. */
+  upstream: Endpoint;
+  rdma: {
+    /** The RPC-over-RDMA server the gateway connects to; `embedded` runs a responder in the process. */
+    peer: Endpoint;
+    poolSize: number;
+    provider: ProviderChoice;
+    /** 2 proposes Version 2 and falls back to Version 1; 1 speaks Version 1 only. */
+    protocolVersion: 1 | 2;
+    credits: number;
+    inlineSend: number;
+    inlineReceive: number;
+  };
+  responder: { listen: HostPort };
+  admin: { listen: HostPort | 'off'; token: string };
+  log: { level: LogLevel; format: LogFormat };
+  shutdown: { drainTimeoutMs: number };
+}
+
+type Kind =
+  | { type: 'int'; min: number; max: number; multipleOf?: number }
+  | { type: 'size'; min: number; max: number; multipleOf?: number }
+  | { type: 'enum'; values: readonly (string | number)[] }
+  | { type: 'string' }
+  | { type: 'hostport'; defaultPort?: number; allowOff?: boolean }
+  | { type: 'hostports'; defaultPort: number }
+  | { type: 'endpoint' };
+
+export interface KeyDef {
+  key: string;
+  kind: Kind;
+  default: unknown;
+  doc: string;
+  /** Short flag aliases (without `--`). */
+  aliases?: readonly string[];
+  /** Shown as `***` by `--print-config`. */
+  secret?: boolean;
+}
+
+const SIZE_UNITS: Record<string, number> = {
+  '': 1,
+  k: 1024,
+  kib: 1024,
+  m: 1024 ** 2,
+  mib: 1024 ** 2,
+  g: 1024 ** 3,
+  gib: 1024 ** 3,
+};
+
+export const CONFIG_SCHEMA: readonly KeyDef[] = [
+  {
+    key: 'frontend.listen',
+    kind: { type: 'hostports', defaultPort: DEFAULT_FRONTEND_PORT },
+    default: [{ host: '127.0.0.1', port: DEFAULT_FRONTEND_PORT }],
+    doc: 'Addresses the TCP frontend listens on (`HOST`, `HOST:PORT`, `[IPV6]:PORT`; a list, or comma-separated). A bare host gets port 2049.',
+    aliases: ['listen'],
+  },
+  {
+    key: 'frontend.maxConnections',
+    kind: { type: 'int', min: 1, max: 1_000_000 },
+    default: DEFAULT_FRONTEND_LIMITS.maxConnections,
+    doc: 'Open client connections; one more is closed at once (counted and logged).',
+  },
+  {
+    key: 'frontend.maxRecordSize',
+    kind: { type: 'size', min: 64, max: MAX_FRAGMENT_LENGTH },
+    default: DEFAULT_FRONTEND_LIMITS.maxRecordSize,
+    doc: 'Largest RPC message a client may send (bytes; `4MiB`-style suffixes accepted). A larger record closes that client.',
+  },
+  {
+    key: 'frontend.maxCallsInFlight',
+    kind: { type: 'int', min: 1, max: 1_000_000 },
+    default: DEFAULT_FRONTEND_LIMITS.maxCallsInFlight,
+    doc: "Calls one client may have outstanding; at the limit the gateway stops reading that client's socket.",
+  },
+  {
+    key: 'frontend.idleTimeoutMs',
+    kind: { type: 'int', min: 0, max: 0x7fff_ffff },
+    default: DEFAULT_FRONTEND_LIMITS.idleTimeoutMs,
+    doc: 'Close a client connection after this long without traffic and with no call in flight (0: never).',
+  },
+  {
+    key: 'upstream',
+    kind: { type: 'endpoint' },
+    default: 'embedded',
+    doc: 'The TCP RPC server the responder forwards to: `HOST:PORT`, or `embedded` for the built-in test program.',
+    aliases: ['upstream'],
+  },
+  {
+    key: 'rdma.peer',
+    kind: { type: 'endpoint' },
+    default: 'embedded',
+    doc: 'The RPC-over-RDMA server the gateway connects to: `HOST:PORT`, or `embedded` for a responder in the same process.',
+    aliases: ['peer'],
+  },
+  {
+    key: 'rdma.poolSize',
+    kind: { type: 'int', min: 1, max: 64 },
+    default: 2,
+    doc: 'RPC-over-RDMA connections in the pool.',
+  },
+  {
+    key: 'rdma.provider',
+    kind: { type: 'enum', values: ['auto', 'soft', 'native'] },
+    default: 'auto',
+    doc: '`native` (libibverbs/librdmacm), `soft` (userspace iWARP over TCP), or `auto` (native when an RDMA device exists).',
+    aliases: ['provider'],
+  },
+  {
+    key: 'rdma.protocolVersion',
+    kind: { type: 'enum', values: [2, 1] },
+    default: 2,
+    doc: '`2`: propose RPC-over-RDMA Version 2 and fall back to Version 1 (RFC 8166) when the peer answers ERR_VERS; `1`: Version 1 only.',
+  },
+  {
+    key: 'rdma.credits',
+    kind: { type: 'int', min: 1, max: 65535 },
+    default: 128,
+    doc: 'Credits (concurrent calls) requested per RDMA connection; the peer grant is never exceeded.',
+  },
+  {
+    key: 'rdma.inlineSend',
+    kind: { type: 'size', min: 1024, max: 262144, multipleOf: 1024 },
+    default: 4096,
+    doc: 'Largest message sent inline, bytes: a multiple of 1 KiB in 1..256 KiB (what RFC 8797 private data can express).',
+  },
+  {
+    key: 'rdma.inlineReceive',
+    kind: { type: 'size', min: 1024, max: 262144, multipleOf: 1024 },
+    default: 4096,
+    doc: 'Receive buffer size offered to the peer, bytes: a multiple of 1 KiB in 1..256 KiB.',
+  },
+  {
+    key: 'responder.listen',
+    kind: { type: 'hostport', defaultPort: DEFAULT_RDMA_PORT },
+    default: { host: '127.0.0.1', port: DEFAULT_RDMA_PORT },
+    doc: 'Where `rpcrdma-gateway responder` accepts RPC-over-RDMA connections (the NFS/RDMA port 20049 by default).',
+  },
+  {
+    key: 'admin.listen',
+    kind: { type: 'hostport', allowOff: true },
+    default: { host: '127.0.0.1', port: 9249 },
+    doc: 'Admin API address (`HOST:PORT`), or `off`.',
+  },
+  {
+    key: 'admin.token',
+    kind: { type: 'string' },
+    default: '',
+    doc: 'Bearer token the admin API requires (empty: no token; only sensible on loopback). Prefer the environment variable to a file or a flag.',
+    secret: true,
+  },
+  {
+    key: 'log.level',
+    kind: { type: 'enum', values: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] },
+    default: 'info',
+    doc: 'pino log level.',
+    aliases: ['log-level'],
+  },
+  {
+    key: 'log.format',
+    kind: { type: 'enum', values: ['auto', 'json', 'pretty'] },
+    default: 'auto',
+    doc: '`json` (one JSON object per line), `pretty` (needs pino-pretty), or `auto`: pretty on a terminal when pino-pretty is installed, JSON otherwise.',
+  },
+  {
+    key: 'shutdown.drainTimeoutMs',
+    kind: { type: 'int', min: 0, max: 0x7fff_ffff },
+    default: 30_000,
+    doc: 'On SIGTERM: stop accepting, let calls in flight finish for at most this long, then exit.',
+  },
+];
+
+const BY_KEY = new Map(CONFIG_SCHEMA.map((d) => [d.key, d]));
+
+export const ENV_PREFIX = 'RPCRDMA_GATEWAY_';
+/** Names the configuration file (the `--config` flag wins over it). */
+export const ENV_CONFIG_FILE = `${ENV_PREFIX}CONFIG`;
+
+function snake(key: string): string {
+  return key
+    .replace(/([a-z0-9])([A-Z])/g, '$1_$2')
+    .replace(/\./g, '_')
+    .toUpperCase();
+}
+
+/** `frontend.maxCallsInFlight` → `RPCRDMA_GATEWAY_FRONTEND_MAX_CALLS_IN_FLIGHT`. */
+export function envName(key: string): string {
+  return ENV_PREFIX + snake(key);
+}
+
+/** `frontend.maxCallsInFlight` → `frontend-max-calls-in-flight` (used as `--frontend-max-calls-in-flight`). */
+export function flagName(key: string): string {
+  return snake(key).toLowerCase().replace(/_/g, '-');
+}
+
+const FLAG_TO_KEY = new Map<string, string>();
+for (const d of CONFIG_SCHEMA) {
+  FLAG_TO_KEY.set(flagName(d.key), d.key);
+  for (const a of d.aliases ?? []) FLAG_TO_KEY.set(a, d.key);
+}
+
+/** The configuration key a command-line flag (without `--`) sets, or undefined. */
+export function keyForFlag(flag: string): string | undefined {
+  return FLAG_TO_KEY.get(flag);
+}
+
+type Source = 'default' | 'file' | 'environment' | 'flag';
+
+interface Origin {
+  source: Source;
+  /** File path, variable name or flag, for the error message. */
+  where: string;
+}
+
+function describe(o: Origin): string {
+  switch (o.source) {
+    case 'file':
+      return `in ${o.where}`;
+    case 'environment':
+      return `from environment variable ${o.where}`;
+    case 'flag':
+      return `from flag --${o.where}`;
+    default:
+      return 'as default';
+  }
+}
+
+function bad(def: KeyDef, origin: Origin, value: unknown, expected: string): ConfigError {
+  const shown = def.secret ? '***' : JSON.stringify(value);
+  return new ConfigError(
+    'ERR_CONFIG_VALUE',
+    `${def.key}: expected ${expected}, got ${shown} (${describe(origin)})`,
+    {
+      key: def.key,
+      source: origin.source,
+      where: origin.where,
+      expected,
+    },
+  );
+}
+
+function parseSize(text: string): number {
+  const m = /^\s*(\d+)\s*([a-zA-Z]*)\s*$/.exec(text);
+  if (!m) return Number.NaN;
+  const unit = SIZE_UNITS[m[2].toLowerCase()];
+  return unit === undefined ? Number.NaN : Number(m[1]) * unit;
+}
+
+function parseHostPortFor(def: KeyDef, origin: Origin, text: unknown, defaultPort?: number): HostPort {
+  if (typeof text !== 'string') throw bad(def, origin, text, 'a HOST:PORT string');
+  try {
+    return parseHostPort(text, defaultPort);
+  } catch (err) {
+    if (err instanceof UsageError) {
+      throw new ConfigError(
+        'ERR_CONFIG_VALUE',
+        `${def.key}: ${err.message} (${describe(origin)})`,
+        { key: def.key, source: origin.source, where: origin.where, expected: 'HOST:PORT' },
+        { cause: err },
+      );
+    }
+    throw err;
+  }
+}
+
+/** Converts one raw value (a string from the environment or a flag, or a YAML/JSON value) to the key's type. */
+function coerce(def: KeyDef, raw: unknown, origin: Origin): unknown {
+  const k = def.kind;
+  const fromText = typeof raw === 'string';
+  switch (k.type) {
+    case 'int':
+    case 'size': {
+      let n: number;
+      if (typeof raw === 'number') n = raw;
+      else if (fromText && k.type === 'size') n = parseSize(raw);
+      else if (fromText && /^\s*-?\d+\s*$/.test(raw)) n = Number(raw);
+      else n = Number.NaN;
+      const unit = k.type === 'size' ? ' bytes' : '';
+      const step = k.multipleOf ? `, a multiple of ${k.multipleOf}` : '';
+      const expected = `an integer in ${k.min}..${k.max}${unit}${step}`;
+      if (!Number.isInteger(n) || n < k.min || n > k.max || (k.multipleOf && n % k.multipleOf !== 0)) {
+        throw bad(def, origin, raw, expected);
+      }
+      return n;
+    }
+    case 'enum': {
+      const hit = k.values.find((v) => v === raw || String(v) === String(raw).trim());
+      if (hit === undefined) throw bad(def, origin, raw, `one of ${k.values.join(', ')}`);
+      return hit;
+    }
+    case 'string':
+      if (typeof raw !== 'string' && typeof raw !== 'number') throw bad(def, origin, raw, 'a string');
+      return String(raw);
+    case 'hostport':
+      if (k.allowOff && raw === 'off') return 'off';
+      return parseHostPortFor(def, origin, raw, k.defaultPort);
+    case 'hostports': {
+      const items = Array.isArray(raw)
+        ? raw
+        : fromText
+          ? raw.split(',').filter((s) => s.trim() !== '')
+          : [raw];
+      if (items.length === 0) throw bad(def, origin, raw, 'at least one HOST:PORT');
+      return items.map((item) => parseHostPortFor(def, origin, item, k.defaultPort));
+    }
+    case 'endpoint':
+      if (raw === 'embedded') return 'embedded';
+      return parseHostPortFor(def, origin, raw);
+  }
+}
+
+/** Edit distance, for "did you mean" on unknown keys. */
+function distance(a: string, b: string): number {
+  const row = Array.from({ length: b.length + 1 }, (_, i) => i);
+  for (let i = 1; i <= a.length; i++) {
+    let prev = row[0];
+    row[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const tmp = row[j];
+      row[j] = Math.min(row[j] + 1, row[j - 1] + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
+      prev = tmp;
+    }
+  }
+  return row[b.length];
+}
+
+function suggestion(name: string, candidates: Iterable<string>): string {
+  let best = '';
+  let bestD = Number.POSITIVE_INFINITY;
+  for (const c of candidates) {
+    const d = distance(name.toLowerCase(), c.toLowerCase());
+    if (d < bestD) {
+      bestD = d;
+      best = c;
+    }
+  }
+  return bestD <= Math.max(2, Math.floor(name.length / 4)) ? ` (did you mean ${best}?)` : '';
+}
+
+function unknownKey(key: string, origin: Origin, candidates: Iterable<string>): ConfigError {
+  return new ConfigError(
+    'ERR_CONFIG_UNKNOWN_KEY',
+    `unknown configuration key ${key} (${describe(origin)})${suggestion(key, candidates)}`,
+    { key, source: origin.source, where: origin.where },
+  );
+}
+
+/** Flattens a parsed file into dotted keys; a nested object under a leaf key, or vice versa, is an error. */
+function flatten(obj: unknown, prefix: string, file: string, out: Map<string, unknown>): void {
+  if (obj === null || typeof obj !== 'object' || Array.isArray(obj)) {
+    throw new ConfigError('ERR_CONFIG_FILE', `${file}: ${prefix || 'the document'} must be a mapping`, {
+      key: prefix,
+      file,
+    });
+  }
+  for (const [name, value] of Object.entries(obj as Record<string, unknown>)) {
+    const key = prefix ? `${prefix}.${name}` : name;
+    if (BY_KEY.has(key)) {
+      out.set(key, value);
+    } else if ([...BY_KEY.keys()].some((k) => k.startsWith(`${key}.`))) {
+      flatten(value, key, file, out);
+    } else {
+      throw unknownKey(key, { source: 'file', where: file }, BY_KEY.keys());
+    }
+  }
+}
+
+/** Reads a YAML or JSON configuration file (JSON is YAML 1.2) into dotted keys. */
+export function readConfigFile(path: string): Map<string, unknown> {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(
+      'ERR_CONFIG_FILE',
+      `cannot read configuration file ${path}: ${(err as Error).message}`,
+      { file: path },
+      { cause: err },
+    );
+  }
+  let doc: unknown;
+  try {
+    doc = parseYaml(text, { prettyErrors: true });
+  } catch (err) {
+    throw new ConfigError(
+      'ERR_CONFIG_FILE',
+      `configuration file ${path} is not valid YAML/JSON: ${(err as Error).message}`,
+      { file: path },
+      { cause: err },
+    );
+  }
+  const out = new Map<string, unknown>();
+  if (doc === null || doc === undefined) return out;
+  flatten(doc, '', path, out);
+  return out;
+}
+
+export interface ConfigSources {
+  /** Configuration file path (else `RPCRDMA_GATEWAY_CONFIG`, else none). */
+  file?: string;
+  /** Environment (default `process.env`); only `RPCRDMA_GATEWAY_*` variables are read. */
+  env?: Readonly<Record<string, string | undefined>>;
+  /** Flags by name without `--` (schema flag names or aliases), each with its values in order. */
+  flags?: ReadonlyMap<string, readonly string[]>;
+}
+
+export interface LoadedConfig {
+  config: GatewayConfig;
+  /** Where each key's value came from. */
+  origins: Record<string, Source>;
+  file: string | undefined;
+}
+
+function setPath(target: Record<string, unknown>, key: string, value: unknown): void {
+  const parts = key.split('.');
+  let node = target;
+  for (let i = 0; i < parts.length - 1; i++) {
+    node[parts[i]] ??= {};
+    node = node[parts[i]] as Record<string, unknown>;
+  }
+  node[parts[parts.length - 1]] = value;
+}
+
+/**
+ * Builds the configuration from defaults, file, environment and flags (later wins). Throws `ConfigError`
+ * naming the key (and the file, variable or flag) for unknown keys and invalid values.
+ */
+export function loadConfig(sources: ConfigSources = {}): LoadedConfig {
+  const env = sources.env ?? process.env;
+  const values = new Map<string, unknown>();
+  const origins: Record<string, Source> = {};
+  for (const d of CONFIG_SCHEMA) {
+    values.set(d.key, d.default);
+    origins[d.key] = 'default';
+  }
+  const file = sources.file ?? env[ENV_CONFIG_FILE];
+  if (file) {
+    for (const [key, raw] of readConfigFile(file)) {
+      values.set(key, coerce(BY_KEY.get(key)!, raw, { source: 'file', where: file }));
+      origins[key] = 'file';
+    }
+  }
+  const envNames = new Map(CONFIG_SCHEMA.map((d) => [envName(d.key), d]));
+  for (const [name, raw] of Object.entries(env)) {
+    if (!name.startsWith(ENV_PREFIX) || name === ENV_CONFIG_FILE || raw === undefined) continue;
+    const def = envNames.get(name);
+    if (!def) throw unknownKey(name, { source: 'environment', where: name }, envNames.keys());
+    values.set(def.key, coerce(def, raw, { source: 'environment', where: name }));
+    origins[def.key] = 'environment';
+  }
+  for (const [flag, raws] of sources.flags ?? []) {
+    const key = keyForFlag(flag);
+    if (!key)
+      throw unknownKey(
+        `--${flag}`,
+        { source: 'flag', where: flag },
+        [...FLAG_TO_KEY.keys()].map((f) => `--${f}`),
+      );
+    const def = BY_KEY.get(key)!;
+    // A repeated list flag adds to the list; any other repeated flag keeps its last value.
+    const raw = def.kind.type === 'hostports' ? raws.join(',') : raws[raws.length - 1];
+    values.set(key, coerce(def, raw, { source: 'flag', where: flag }));
+    origins[key] = 'flag';
+  }
+  const config: Record<string, unknown> = {};
+  for (const [key, value] of values) setPath(config, key, value);
+  return { config: config as unknown as GatewayConfig, origins, file };
+}
+
+/** The configuration as plain JSON-able data in file syntax (addresses as strings, secrets masked). */
+export function configToPlain(
+  config: GatewayConfig,
+  { revealSecrets = false } = {},
+): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const d of CONFIG_SCHEMA) {
+    let v: unknown = d.key
+      .split('.')
+      .reduce<unknown>((node, p) => (node as Record<string, unknown>)[p], config);
+    if (d.secret && !revealSecrets && v !== '') v = '***';
+    else if (d.kind.type === 'hostports') v = (v as HostPort[]).map((a) => formatHostPort(a.host, a.port));
+    else if (v !== null && typeof v === 'object')
+      v = formatHostPort((v as HostPort).host, (v as HostPort).port);
+    setPath(out, d.key, v);
+  }
+  return out;
+}
+
+/** What `--print-config` prints: the effective configuration as JSON (valid as a configuration file). */
+export function printableConfig(loaded: LoadedConfig): string {
+  return `${JSON.stringify(configToPlain(loaded.config), null, 2)}\n`;
+}
+
+/** The documented default of a key in file syntax (for the documentation and `help`). */
+export function defaultText(def: KeyDef): string {
+  const v = def.default;
+  if (def.kind.type === 'hostports')
+    return (v as HostPort[]).map((a) => formatHostPort(a.host, a.port)).join(', ');
+  if (v !== null && typeof v === 'object') return formatHostPort((v as HostPort).host, (v as HostPort).port);
+  return v === '' ? '(empty)' : String(v);
+}

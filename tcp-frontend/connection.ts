@@ -1,0 +1,433 @@
+/**
+ * One client connection of the TCP frontend: record decoding, the in-flight accounting that drives read
+ * backpressure, write backpressure, batched reply writes, the idle timeout, and one close reason.
+ *
+ * Flow control, both ways:
+ * - Reading (and dispatching) is paused while the client has `maxCallsInFlight` calls dispatched and not
+ *   released, while the dispatcher holds the connection (`hold()`), or while the socket is not draining. A paused socket stops
+ *   reading, the kernel's receive window fills, and TCP pushes back on the client itself; no other client
+ *   is affected. Records already decoded from the last chunk read wait in a small backlog (at most one
+ *   chunk's worth), so the in-flight limit is exact: the dispatcher never sees more than the limit.
+ * - When `write()` returns false the connection is `writeBlocked` until `drain`; `sendRecord` reports it,
+ *   `FrontendHandler.onWritable` says when it ends, and the dispatcher can hold further replies meanwhile.
+ *   Nothing waits synchronously, so a client that never reads its replies blocks only itself.
+ *
+ * Replies written in the same tick go out in one `writev` (cork, writes, uncork on the next tick); the
+ * record mark and every part are written as they are, never concatenated.
+ *
+ * The server-side socket cannot read into caller-provided buffers: Node offers `onread` only to
+ * `net.connect`, not to sockets accepted by `net.Server`. Records are therefore views of Node's own read
+ * buffers (zero copy when a record lies inside one chunk) and stay valid after `onRecord` returns.
+ */
+import type { Socket } from 'node:net';
+import type { Logger } from 'pino';
+import { GatewayError } from '../common/errors.js';
+import { FrontendError } from './frontend-errors.js';
+import type { FrontendLimits } from './limits.js';
+import { RecordDecoder, RecordMarkingError, recordMark } from './record-marking.js';
+import { countBy, type FrontendStats } from './stats.js';
+
+/** Why a connection closed; `code` is stable (counted in `FrontendStats.closes`), `details` explains. */
+export interface CloseReason {
+  /**
+   * CLOSED_BY_CLIENT (FIN at a record boundary, every reply written), IDLE_TIMEOUT, SERVER_CLOSING,
+   * ERR_SOCKET (reset, EPIPE...: `details.errno`), ERR_HANDLER, a record-marking code (ERR_RM_...), or the
+   * code a dispatcher passed to `close()` / `destroy()`.
+   */
+  code: string;
+  message: string;
+  details: Record<string, unknown>;
+}
+
+/** What the server calls; set once when the server is created. */
+export interface FrontendHandler {
+  /**
+   * One decoded record (an RPC call, or a reply to a backchannel call). The connection counts it in
+   * flight until the dispatcher calls `release()` (or `sendReply()`, which does both).
+   */
+  onRecord(conn: FrontendConnection, record: Buffer): void;
+  /** Called once when the connection has closed, whatever the reason. Calls still in flight are void. */
+  onClose(conn: FrontendConnection, reason: CloseReason): void;
+  /** The socket drained after `sendRecord` returned false: replies held for this connection may go. */
+  onWritable?(conn: FrontendConnection): void;
+}
+
+/** Zero pad bytes for callers that frame XDR opaque data (views of it, never written to). */
+export const XDR_PAD = Buffer.alloc(4);
+
+let nextConnectionId = 1;
+
+function uncorkOnNextTick(conn: FrontendConnection): void {
+  conn.flush();
+}
+
+export class FrontendConnection {
+  /** Unique in this process; used in logs and by dispatchers as a map key. */
+  readonly id = nextConnectionId++;
+  readonly remoteAddress: string;
+  readonly remotePort: number;
+  readonly localAddress: string;
+  readonly localPort: number;
+  readonly openedAt = Date.now();
+  /** Calls dispatched and not yet released. */
+  inFlight = 0;
+  recordsIn = 0;
+  recordsOut = 0;
+  bytesIn = 0;
+  bytesOut = 0;
+  /** The socket is not draining: the last write returned false and `drain` has not come yet. */
+  writeBlocked = false;
+  /** Reading is paused (in-flight limit, hold, or write backpressure). */
+  readPaused = false;
+  /** The client half-closed (FIN): no more calls, replies still go out. */
+  readEnded = false;
+  /** Set once closing starts; the connection accepts no more records or replies after `closed`. */
+  closing = false;
+  closed = false;
+  /** Opaque slot for the dispatcher (per-client queue, fairness state...): the frontend never reads it. */
+  context: unknown = undefined;
+  readonly log: Logger;
+
+  private readonly socket: Socket;
+  private readonly limits: FrontendLimits;
+  private readonly stats: FrontendStats;
+  private readonly handler: FrontendHandler;
+  private readonly decoder: RecordDecoder;
+  private readonly onClosed: (conn: FrontendConnection) => void;
+  /** Decoded records not yet dispatched; bounded by one read chunk (reading pauses when it is non-empty). */
+  private backlog: (Buffer | undefined)[] = [];
+  private backlogHead = 0;
+  private pumping = false;
+  private holds = 0;
+  private corked = false;
+  private reason: CloseReason | undefined = undefined;
+
+  constructor(
+    socket: Socket,
+    limits: FrontendLimits,
+    stats: FrontendStats,
+    handler: FrontendHandler,
+    log: Logger,
+    onClosed: (conn: FrontendConnection) => void,
+  ) {
+    this.socket = socket;
+    this.limits = limits;
+    this.stats = stats;
+    this.handler = handler;
+    this.onClosed = onClosed;
+    this.remoteAddress = socket.remoteAddress ?? '';
+    this.remotePort = socket.remotePort ?? 0;
+    this.localAddress = socket.localAddress ?? '';
+    this.localPort = socket.localPort ?? 0;
+    this.log = log.child({ conn: this.id, remote: `${this.remoteAddress}:${this.remotePort}` });
+    this.decoder = new RecordDecoder((record) => this.onDecoded(record), {
+      maxRecordSize: limits.maxRecordSize,
+      maxFragments: limits.maxFragments,
+    });
+    socket.on('data', (chunk: Buffer) => this.onData(chunk));
+    socket.on('end', () => this.onEnd());
+    socket.on('drain', () => this.onDrain());
+    socket.on('error', (err: NodeJS.ErrnoException) => this.onError(err));
+    socket.on('close', () => this.onSocketClose());
+    if (limits.idleTimeoutMs > 0) {
+      socket.setTimeout(limits.idleTimeoutMs);
+      socket.on('timeout', () => this.onIdle());
+    }
+  }
+
+  /** Records decoded but waiting for an in-flight slot. */
+  get backlogLength(): number {
+    return this.backlog.length - this.backlogHead;
+  }
+
+  /** The reason this connection closed (or is closing), once known. */
+  get closeReason(): CloseReason | undefined {
+    return this.reason;
+  }
+
+  /**
+   * Writes one record made of `parts` (an RPC message: header and body buffers, never concatenated) and
+   * returns false when the socket is not draining (the caller should hold further records for this
+   * connection until `onWritable`). Records for a closed connection are dropped and counted.
+   */
+  sendRecord(parts: readonly Buffer[]): boolean {
+    const socket = this.socket;
+    if (this.closed || socket.destroyed || !socket.writable) {
+      this.stats.repliesDropped++;
+      return false;
+    }
+    let total = 0;
+    for (let i = 0; i < parts.length; i++) total += parts[i].length;
+    if (total === 0) {
+      throw new FrontendError('ERR_EMPTY_REPLY', 'sendRecord was given an empty record', { conn: this.id });
+    }
+    if (!this.corked) {
+      this.corked = true;
+      socket.cork();
+      process.nextTick(uncorkOnNextTick, this);
+    }
+    let ok = socket.write(recordMark(total));
+    for (let i = 0; i < parts.length; i++) {
+      if (parts[i].length > 0) ok = socket.write(parts[i]);
+    }
+    const bytes = total + 4;
+    this.bytesOut += bytes;
+    this.stats.bytesOut += bytes;
+    this.recordsOut++;
+    this.stats.recordsOut++;
+    if (!ok && !this.writeBlocked) {
+      this.writeBlocked = true;
+      this.stats.writeBlocks++;
+      this.stats.connectionsWriteBlocked++;
+      this.updateReading();
+    }
+    return ok;
+  }
+
+  /** `sendRecord(parts)` followed by `release()`: the usual way to answer a call. */
+  sendReply(parts: readonly Buffer[]): boolean {
+    const ok = this.sendRecord(parts);
+    this.release();
+    return ok;
+  }
+
+  /** One dispatched record is done with (answered, dropped, or it was not a call). */
+  release(): void {
+    if (this.inFlight === 0) return;
+    this.inFlight--;
+    this.stats.callsInFlight--;
+    if (this.closed) return;
+    if (this.backlogLength > 0) this.pump();
+    else this.updateReading();
+    if (this.inFlight === 0 && this.backlogLength === 0 && (this.readEnded || this.closing)) this.finish();
+  }
+
+  /** The dispatcher cannot take more from this client for now: pause reading until `unhold()`. */
+  hold(): void {
+    this.holds++;
+    this.updateReading();
+  }
+
+  unhold(): void {
+    if (this.holds === 0) return;
+    this.holds--;
+    if (this.holds === 0 && this.backlogLength > 0) this.pump();
+    else this.updateReading();
+  }
+
+  /** Writes what was corked in this tick (called on the next tick; harmless to call early). */
+  flush(): void {
+    if (!this.corked) return;
+    this.corked = false;
+    this.socket.uncork();
+  }
+
+  /**
+   * Graceful close: stop taking calls (undispatched ones are dropped: the client retransmits them), let the
+   * calls in flight finish and their replies drain, then end the connection.
+   */
+  close(code: string, message = code, details: Record<string, unknown> = {}): void {
+    if (this.closed) return;
+    this.setReason(code, message, details);
+    this.closing = true;
+    this.dropBacklog();
+    this.updateReading();
+    if (this.inFlight === 0) this.finish();
+  }
+
+  /** Immediate close: nothing more is read or written. */
+  destroy(code: string, message = code, details: Record<string, unknown> = {}): void {
+    if (this.closed) return;
+    // A graceful close cut short (drain timeout) is reported with the facts of why it was cut short.
+    if (this.closing && this.reason) this.reason = { code, message, details };
+    else this.setReason(code, message, details);
+    this.closing = true;
+    this.dropBacklog();
+    this.socket.destroy();
+  }
+
+  private setReason(code: string, message: string, details: Record<string, unknown> = {}): void {
+    if (!this.reason) this.reason = { code, message, details };
+  }
+
+  private onData(chunk: Buffer): void {
+    this.bytesIn += chunk.length;
+    this.stats.bytesIn += chunk.length;
+    if (this.closing) return;
+    try {
+      this.decoder.push(chunk);
+    } catch (err) {
+      if (err instanceof RecordMarkingError) {
+        this.failStream(err);
+        return;
+      }
+      // The decoder rethrows what our own record callback threw; `dispatch` already catches the handler's
+      // errors, so reaching this is a bug in this file.
+      throw err;
+    }
+    if (!this.closed) this.updateReading();
+  }
+
+  private failStream(err: RecordMarkingError): void {
+    countBy(this.stats.errors, err.code);
+    this.log.warn({ err: err.toLog() }, `closing connection: ${err.message}`);
+    this.destroy(err.code, err.message, err.toLog());
+  }
+
+  private onDecoded(record: Buffer): void {
+    this.recordsIn++;
+    this.stats.recordsIn++;
+    if (this.closing) return;
+    this.backlog.push(record);
+    this.pump();
+  }
+
+  /** Dispatches backlogged records while the in-flight limit and holds allow; never re-entered. */
+  private pump(): void {
+    if (this.pumping) return;
+    this.pumping = true;
+    try {
+      while (this.backlogHead < this.backlog.length && this.canDispatch()) {
+        const record = this.backlog[this.backlogHead]!;
+        this.backlog[this.backlogHead++] = undefined;
+        this.dispatch(record);
+      }
+      if (this.backlogHead === this.backlog.length) {
+        this.backlog.length = 0;
+        this.backlogHead = 0;
+      }
+    } finally {
+      this.pumping = false;
+    }
+    this.updateReading();
+  }
+
+  /**
+   * Whether the next backlogged record may go to the dispatcher. Not while the socket is not draining:
+   * every call dispatched adds a reply to a queue the client is not emptying (a client pipelining SOURCE
+   * calls without reading would otherwise make the server buffer gigabytes from one 64 KiB read).
+   */
+  private canDispatch(): boolean {
+    return (
+      !this.closing && !this.writeBlocked && this.holds === 0 && this.inFlight < this.limits.maxCallsInFlight
+    );
+  }
+
+  private dispatch(record: Buffer): void {
+    this.inFlight++;
+    this.stats.callsInFlight++;
+    try {
+      this.handler.onRecord(this, record);
+    } catch (err) {
+      const cause = err instanceof GatewayError ? err.toLog() : { message: String(err) };
+      countBy(this.stats.errors, 'ERR_HANDLER');
+      this.log.error({ err: cause }, 'closing connection: the record handler threw');
+      this.destroy('ERR_HANDLER', 'the record handler threw', { cause });
+    }
+  }
+
+  private dropBacklog(): void {
+    this.backlog.length = 0;
+    this.backlogHead = 0;
+  }
+
+  private updateReading(): void {
+    if (this.closed) return;
+    const pause =
+      this.closing ||
+      this.writeBlocked ||
+      this.holds > 0 ||
+      this.backlogLength > 0 ||
+      this.inFlight >= this.limits.maxCallsInFlight;
+    if (pause && !this.readPaused) {
+      this.readPaused = true;
+      this.stats.readPauses++;
+      this.socket.pause();
+    } else if (!pause && this.readPaused) {
+      this.readPaused = false;
+      this.socket.resume();
+    }
+  }
+
+  private onEnd(): void {
+    this.readEnded = true;
+    if (this.closing) return;
+    try {
+      this.decoder.end();
+    } catch (err) {
+      if (err instanceof RecordMarkingError) {
+        this.failStream(err);
+        return;
+      }
+      throw err;
+    }
+    this.setReason('CLOSED_BY_CLIENT', 'the client closed the connection', {});
+    // The socket is half-open (allowHalfOpen): replies to calls still in flight are written first.
+    if (this.inFlight === 0 && this.backlogLength === 0) this.finish();
+  }
+
+  private onDrain(): void {
+    if (!this.writeBlocked) return;
+    this.writeBlocked = false;
+    this.stats.connectionsWriteBlocked--;
+    if (this.closed) return;
+    if (this.backlogLength > 0) this.pump();
+    else this.updateReading();
+    this.handler.onWritable?.(this);
+  }
+
+  private onError(err: NodeJS.ErrnoException): void {
+    // Resets and broken pipes are what a client that goes away looks like: worth a count, not a warning.
+    const errno = err.code ?? 'UNKNOWN';
+    countBy(this.stats.errors, 'ERR_SOCKET');
+    this.setReason('ERR_SOCKET', `socket error: ${err.message}`, { errno });
+    this.log.info({ errno, message: err.message }, 'connection error');
+  }
+
+  private onIdle(): void {
+    if (this.closed) return;
+    if (this.inFlight > 0 || this.backlogLength > 0) {
+      // Waiting for the server's answers is not idleness; the reply's write will re-arm the timer.
+      return;
+    }
+    this.log.info({ idleTimeoutMs: this.limits.idleTimeoutMs }, 'closing idle connection');
+    this.destroy('IDLE_TIMEOUT', `no traffic for ${this.limits.idleTimeoutMs} ms`, {
+      idleTimeoutMs: this.limits.idleTimeoutMs,
+    });
+  }
+
+  /** Ends the connection once everything is written (FIN after the last reply). */
+  private finish(): void {
+    if (this.closed || this.socket.writableEnded) return;
+    this.closing = true;
+    this.flush();
+    this.socket.end();
+  }
+
+  private onSocketClose(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.closing = true;
+    this.flush();
+    if (this.writeBlocked) {
+      this.writeBlocked = false;
+      this.stats.connectionsWriteBlocked--;
+    }
+    this.stats.callsInFlight -= this.inFlight;
+    this.inFlight = 0;
+    this.dropBacklog();
+    const reason = this.reason ?? {
+      code: 'CLOSED_BY_CLIENT',
+      message: 'the client closed the connection',
+      details: {},
+    };
+    this.reason = reason;
+    countBy(this.stats.closes, reason.code);
+    this.log.debug(
+      { reason: reason.code, recordsIn: this.recordsIn, recordsOut: this.recordsOut },
+      'connection closed',
+    );
+    this.onClosed(this);
+    this.handler.onClose(this, reason);
+  }
+}

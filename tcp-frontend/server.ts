@@ -1,0 +1,197 @@
+/**
+ * The TCP frontend: listens on one or more addresses (IPv4 and IPv6), enforces the connection limit across
+ * all of them, and turns each accepted socket into a `FrontendConnection` that decodes records and hands
+ * them to the one `FrontendHandler` the server was created with.
+ *
+ * The connection limit is enforced here rather than with `net.Server.maxConnections` because it spans
+ * several listeners and because a refusal must be counted and logged with the peer's address.
+ */
+import { createServer, type Server, type Socket } from 'node:net';
+import { type Logger, pino } from 'pino';
+import { formatHostPort } from './address.js';
+import { FrontendConnection, type FrontendHandler } from './connection.js';
+import { FrontendError } from './frontend-errors.js';
+import { type FrontendLimits, resolveLimits } from './limits.js';
+import { countBy, createFrontendStats, type FrontendStats } from './stats.js';
+
+export { formatHostPort, parseHostPort } from './address.js';
+export type { CloseReason, FrontendHandler } from './connection.js';
+export { FrontendConnection, XDR_PAD } from './connection.js';
+export type { FrontendLimits } from './limits.js';
+export type { FrontendStats } from './stats.js';
+
+export interface ListenAddress {
+  host: string;
+  /** 0 picks a free port (see `addresses()` for the one bound). */
+  port: number;
+}
+
+export interface BoundAddress {
+  host: string;
+  port: number;
+  family: string;
+}
+
+export interface FrontendServerOptions {
+  listen: readonly ListenAddress[];
+  handler: FrontendHandler;
+  limits?: Partial<FrontendLimits>;
+  logger?: Logger;
+  /** Disable Nagle on client sockets (RPC is request/response: default true). */
+  noDelay?: boolean;
+  /** TCP keepalive probes after this many ms of silence, so dead peers are found; 0 disables. Default 60 s. */
+  keepAliveMs?: number;
+}
+
+export interface CloseOptions {
+  /** How long calls in flight may take to finish before their connections are destroyed. Default 10 s. */
+  drainTimeoutMs?: number;
+}
+
+export class FrontendServer {
+  readonly limits: FrontendLimits;
+  readonly stats: FrontendStats = createFrontendStats();
+  readonly connections = new Set<FrontendConnection>();
+  readonly log: Logger;
+  private readonly handler: FrontendHandler;
+  private readonly listenOn: readonly ListenAddress[];
+  private readonly noDelay: boolean;
+  private readonly keepAliveMs: number;
+  private readonly servers: Server[] = [];
+  private closing = false;
+  private readonly closeWaiters: (() => void)[] = [];
+
+  constructor(options: FrontendServerOptions) {
+    this.limits = resolveLimits(options.limits);
+    this.handler = options.handler;
+    this.listenOn = options.listen;
+    this.noDelay = options.noDelay ?? true;
+    this.keepAliveMs = options.keepAliveMs ?? 60_000;
+    this.log = options.logger ?? pino({ level: 'silent' });
+  }
+
+  /** Binds every listen address; on any failure closes those already bound and throws ERR_LISTEN. */
+  async listen(): Promise<BoundAddress[]> {
+    if (this.listenOn.length === 0) {
+      throw new FrontendError('ERR_LISTEN', 'no listen address configured', {});
+    }
+    // Listening on '::' is dual-stack by default and would collide with an IPv4 listener on the same
+    // port; with several addresses each IPv6 one binds IPv6 only.
+    const ipv6Only = this.listenOn.length > 1;
+    try {
+      for (const addr of this.listenOn) {
+        const server = createServer({ allowHalfOpen: true, pauseOnConnect: false }, (socket) =>
+          this.accept(socket),
+        );
+        this.servers.push(server);
+        await new Promise<void>((resolve, reject) => {
+          server.once('error', reject);
+          server.listen(
+            { host: addr.host, port: addr.port, ipv6Only: ipv6Only && addr.host.includes(':') },
+            () => {
+              server.off('error', reject);
+              resolve();
+            },
+          );
+        }).catch((err: NodeJS.ErrnoException) => {
+          throw new FrontendError(
+            'ERR_LISTEN',
+            `cannot listen on ${formatHostPort(addr.host, addr.port)}: ${err.message}`,
+            { host: addr.host, port: addr.port, errno: err.code },
+            { cause: err },
+          );
+        });
+        server.on('error', (err) => this.log.error({ err: { message: err.message } }, 'listener error'));
+      }
+    } catch (err) {
+      await this.closeListeners();
+      throw err;
+    }
+    const bound = this.addresses();
+    this.log.info({ addresses: bound.map((a) => formatHostPort(a.host, a.port)) }, 'frontend listening');
+    return bound;
+  }
+
+  /** The addresses actually bound (ports resolved when 0 was asked for). */
+  addresses(): BoundAddress[] {
+    const out: BoundAddress[] = [];
+    for (const s of this.servers) {
+      const a = s.address();
+      if (a && typeof a === 'object') out.push({ host: a.address, port: a.port, family: a.family });
+    }
+    return out;
+  }
+
+  /**
+   * Stops accepting, closes connections gracefully (calls in flight finish and their replies are written,
+   * undispatched ones are dropped for the client to retransmit) and resolves once all are closed;
+   * connections still open after `drainTimeoutMs` are destroyed.
+   */
+  async close(options: CloseOptions = {}): Promise<void> {
+    this.closing = true;
+    const listenersClosed = this.closeListeners();
+    for (const conn of this.connections) conn.close('SERVER_CLOSING', 'the server is shutting down');
+    if (this.connections.size > 0) {
+      const drainTimeoutMs = options.drainTimeoutMs ?? 10_000;
+      const timer = setTimeout(() => {
+        for (const conn of this.connections) {
+          conn.destroy('SERVER_CLOSING', 'drain timeout: calls still in flight were abandoned', {
+            drainTimeoutMs,
+            inFlight: conn.inFlight,
+          });
+        }
+      }, drainTimeoutMs);
+      await new Promise<void>((resolve) => this.closeWaiters.push(resolve));
+      clearTimeout(timer);
+    }
+    await listenersClosed;
+  }
+
+  private closeListeners(): Promise<void> {
+    const servers = this.servers.splice(0);
+    return Promise.all(
+      servers.map(
+        (s) =>
+          new Promise<void>((resolve) => {
+            if (!s.listening) return resolve();
+            s.close(() => resolve());
+          }),
+      ),
+    ).then(() => undefined);
+  }
+
+  private accept(socket: Socket): void {
+    const remote = formatHostPort(socket.remoteAddress ?? '?', socket.remotePort ?? 0);
+    if (this.closing || this.connections.size >= this.limits.maxConnections) {
+      const code = this.closing ? 'REFUSED_SERVER_CLOSING' : 'REFUSED_MAX_CONNECTIONS';
+      this.stats.connectionsRefused++;
+      countBy(this.stats.errors, code);
+      this.log.warn(
+        { reason: code, remote, open: this.connections.size, maxConnections: this.limits.maxConnections },
+        'connection refused',
+      );
+      // An error on a socket we are discarding (a reset racing the destroy) must not crash the process.
+      socket.on('error', () => {});
+      socket.destroy();
+      return;
+    }
+    socket.setNoDelay(this.noDelay);
+    if (this.keepAliveMs > 0) socket.setKeepAlive(true, this.keepAliveMs);
+    const conn = new FrontendConnection(socket, this.limits, this.stats, this.handler, this.log, (c) =>
+      this.forget(c),
+    );
+    this.connections.add(conn);
+    this.stats.connectionsAccepted++;
+    this.stats.connectionsOpen++;
+    conn.log.debug('connection accepted');
+  }
+
+  private forget(conn: FrontendConnection): void {
+    if (!this.connections.delete(conn)) return;
+    this.stats.connectionsOpen--;
+    this.stats.connectionsClosed++;
+    if (this.connections.size === 0) {
+      for (const resolve of this.closeWaiters.splice(0)) resolve();
+    }
+  }
+}

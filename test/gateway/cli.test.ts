@@ -1,0 +1,123 @@
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import test from 'ava';
+
+const CLI = fileURLToPath(new URL('../../gateway/cli.js', import.meta.url));
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function run(args: string[], env: Record<string, string> = {}): Promise<Run> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      [CLI, ...args],
+      { env: { ...process.env, ...env }, timeout: 20_000 },
+      (err, stdout, stderr) => {
+        resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
+      },
+    );
+  });
+}
+
+/** Starts `serve-test-program` on a free port; resolves with the process and its port. */
+function serve(): Promise<{ child: ChildProcess; port: number; output: () => string }> {
+  const child = spawn(
+    process.execPath,
+    [CLI, 'serve-test-program', '--listen', '127.0.0.1:0', '--log-format', 'json'],
+    {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
+  let out = '';
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`serve-test-program did not start: ${out}`)), 10_000);
+    const onData = (d: Buffer) => {
+      out += d.toString();
+      const m = /listening on 127\.0\.0\.1:(\d+)/.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve({ child, port: Number(m[1]), output: () => out });
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    child.once('exit', (code) => reject(new Error(`serve-test-program exited with ${code}: ${out}`)));
+  });
+}
+
+test('ping against serve-test-program (both real processes), then SIGTERM stops the server cleanly', async (t) => {
+  const { child, port, output } = await serve();
+  t.teardown(() => {
+    if (child.exitCode === null) child.kill('SIGKILL');
+  });
+  const echo = await run([
+    'ping',
+    '--target',
+    `127.0.0.1:${port}`,
+    '--count',
+    '3',
+    '--size',
+    '4096',
+    '--interval',
+    '0',
+  ]);
+  t.is(echo.code, 0, echo.stderr);
+  t.regex(echo.stdout, /ECHO of 4096 bytes/);
+  t.is(echo.stdout.match(/4096 bytes from 127\.0\.0\.1:\d+: seq=\d time=[\d.]+ ms/g)?.length, 3);
+  t.regex(echo.stdout, /3 calls, 3 answered, 0 failed/);
+  t.regex(echo.stdout, /rtt min\/avg\/max = [\d.]+\/[\d.]+\/[\d.]+ ms/);
+  const nul = await run(['ping', '--count', '1', '--size', '0'], {
+    RPCRDMA_GATEWAY_FRONTEND_LISTEN: `127.0.0.1:${port}`,
+  });
+  t.is(nul.code, 0, nul.stderr);
+  t.regex(nul.stdout, /NULL from 127\.0\.0\.1:\d+: seq=1/);
+  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+  child.kill('SIGTERM');
+  t.is(await exited, 0);
+  t.regex(output(), /"msg":"stopped"/);
+  t.regex(output(), /"ECHO":3/);
+});
+
+test('ping to a port where nothing listens fails with a message and status 1', async (t) => {
+  const r = await run(['ping', '--target', '127.0.0.1:1', '--count', '1']);
+  t.is(r.code, 1);
+  t.regex(r.stderr, /cannot connect to 127\.0\.0\.1:1/);
+});
+
+test('start says plainly it is not available yet', async (t) => {
+  const r = await run(['start']);
+  t.is(r.code, 3);
+  t.regex(r.stderr, /'start' is not available in this build yet/);
+});
+
+test('--print-config prints the effective configuration; a bad value exits 2 naming the key', async (t) => {
+  const ok = await run(['--print-config', '--frontend-max-calls-in-flight', '7'], {
+    RPCRDMA_GATEWAY_LOG_LEVEL: 'debug',
+  });
+  t.is(ok.code, 0, ok.stderr);
+  const printed = JSON.parse(ok.stdout);
+  t.is(printed.frontend.maxCallsInFlight, 7);
+  t.is(printed.log.level, 'debug');
+  const bad = await run(['--print-config'], { RPCRDMA_GATEWAY_RDMA_POOL_SIZE: '0' });
+  t.is(bad.code, 2);
+  t.regex(bad.stderr, /rdma\.poolSize: expected an integer in 1\.\.64/);
+});
+
+test('version, help and an unknown command', async (t) => {
+  const v = await run(['version']);
+  t.regex(v.stdout, /^\d+\.\d+\.\d+\n$/);
+  const h = await run(['help']);
+  t.regex(h.stdout, /serve-test-program/);
+  t.regex(h.stdout, /ping/);
+  const hc = await run(['help', 'config']);
+  t.regex(hc.stdout, /RPCRDMA_GATEWAY_FRONTEND_MAX_CALLS_IN_FLIGHT/);
+  const u = await run(['frobnicate']);
+  t.is(u.code, 2);
+  t.regex(u.stderr, /unknown command 'frobnicate'/);
+});

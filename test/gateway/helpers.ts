@@ -1,0 +1,74 @@
+/**
+ * Helpers shared by the frontend, client and gateway tests: a pino logger whose lines can be inspected,
+ * a polling wait with a deadline, raw sockets, and hand-encoded calls.
+ */
+import { connect, type Socket } from 'node:net';
+import { Writable } from 'node:stream';
+import { type Logger, pino } from 'pino';
+import { encodeCallHeader } from '../../rpc/message.js';
+import { XdrWriter } from '../../rpc/xdr.js';
+import { frameRecord } from '../../tcp-frontend/record-marking.js';
+
+export interface CapturedLog {
+  logger: Logger;
+  lines: Record<string, unknown>[];
+}
+
+/** A logger at `debug` whose JSON lines are parsed into `lines`. */
+export function captureLogger(): CapturedLog {
+  const lines: Record<string, unknown>[] = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      for (const line of chunk.toString('utf8').split('\n')) if (line) lines.push(JSON.parse(line));
+      done();
+    },
+  });
+  return { logger: pino({ level: 'debug' }, stream), lines };
+}
+
+/** Polls `cond` every 5 ms until it holds; rejects with `what` after `timeoutMs`. */
+export async function waitFor(cond: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+export function connectRaw(port: number, host = '127.0.0.1'): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const s = connect({ host, port });
+    s.once('error', reject);
+    s.once('connect', () => {
+      s.off('error', reject);
+      resolve(s);
+    });
+  });
+}
+
+/** Resolves when `socket` closes. */
+export function closed(socket: Socket): Promise<void> {
+  return new Promise((resolve) => {
+    if (socket.destroyed && socket.closed) resolve();
+    else socket.once('close', () => resolve());
+  });
+}
+
+/** A whole call message (no record mark) with AUTH_NONE. */
+export function encodeCall(
+  xid: number,
+  prog: number,
+  vers: number,
+  proc: number,
+  args: Buffer = Buffer.alloc(0),
+): Buffer {
+  const w = new XdrWriter(64);
+  encodeCallHeader(w, { xid, prog, vers, proc });
+  w.raw(args);
+  return w.toBuffer();
+}
+
+/** A call framed as one record, ready for `socket.write`. */
+export function framedCall(xid: number, prog: number, vers: number, proc: number, args?: Buffer): Buffer {
+  return Buffer.concat(frameRecord(encodeCall(xid, prog, vers, proc, args)));
+}

@@ -1,0 +1,365 @@
+import test from 'ava';
+import { AcceptStat } from '../../rpc/constants.js';
+import { encodeAcceptedReply, peekXid } from '../../rpc/message.js';
+import { XdrWriter } from '../../rpc/xdr.js';
+import { RpcClient } from '../../tcp-frontend/client.js';
+import {
+  type CloseReason,
+  type FrontendConnection,
+  type FrontendHandler,
+  FrontendServer,
+  type FrontendServerOptions,
+} from '../../tcp-frontend/server.js';
+import { captureLogger, closed, connectRaw, framedCall, waitFor } from '../gateway/helpers.js';
+
+const PROG = 0x2000_0001;
+
+/** Answers SUCCESS with no results, at once (`auto`) or when the test says so. */
+class HoldingHandler implements FrontendHandler {
+  auto = false;
+  held: { conn: FrontendConnection; xid: number }[] = [];
+  closes: { conn: FrontendConnection; reason: CloseReason }[] = [];
+  received = 0;
+  maxInFlightSeen = 0;
+
+  onRecord(conn: FrontendConnection, record: Buffer): void {
+    this.received++;
+    this.maxInFlightSeen = Math.max(this.maxInFlightSeen, conn.inFlight);
+    const xid = peekXid(record);
+    if (this.auto) answer(conn, xid);
+    else this.held.push({ conn, xid });
+  }
+
+  onClose(conn: FrontendConnection, reason: CloseReason): void {
+    this.closes.push({ conn, reason });
+  }
+
+  answerAll(): void {
+    for (const { conn, xid } of this.held.splice(0)) answer(conn, xid);
+  }
+}
+
+function answer(conn: FrontendConnection, xid: number): void {
+  const w = new XdrWriter(32);
+  encodeAcceptedReply(w, { xid, acceptStat: AcceptStat.SUCCESS });
+  conn.sendReply([w.toBuffer()]);
+}
+
+async function start(handler: FrontendHandler, options: Partial<FrontendServerOptions> = {}) {
+  const server = new FrontendServer({ listen: [{ host: '127.0.0.1', port: 0 }], handler, ...options });
+  const [addr] = await server.listen();
+  return { server, port: addr.port };
+}
+
+test('answers calls and counts records and bytes', async (t) => {
+  const h = new HoldingHandler();
+  h.auto = true;
+  const { server, port } = await start(h);
+  const client = await RpcClient.connect({ host: '127.0.0.1', port });
+  const replies = await Promise.all(Array.from({ length: 10 }, (_, i) => client.call(PROG, 1, i)));
+  t.is(replies.length, 10);
+  for (const r of replies) t.is(r.acceptStat, AcceptStat.SUCCESS);
+  await client.close();
+  await waitFor(() => server.stats.connectionsOpen === 0, 'the connection to close');
+  t.is(server.stats.recordsIn, 10);
+  t.is(server.stats.recordsOut, 10);
+  t.is(server.stats.bytesIn, client.stats.bytesOut);
+  t.is(server.stats.bytesOut, client.stats.bytesIn);
+  t.is(server.stats.callsInFlight, 0);
+  t.deepEqual(server.stats.closes, { CLOSED_BY_CLIENT: 1 });
+  await server.close();
+});
+
+test('over the connection cap a new connection is closed at once, counted and logged; others keep working', async (t) => {
+  const h = new HoldingHandler();
+  h.auto = true;
+  const log = captureLogger();
+  const { server, port } = await start(h, { limits: { maxConnections: 3 }, logger: log.logger });
+  const clients = await Promise.all([1, 2, 3].map(() => RpcClient.connect({ host: '127.0.0.1', port })));
+  await waitFor(() => server.stats.connectionsOpen === 3, 'three connections');
+  const extra = await connectRaw(port);
+  let extraGotData = false;
+  extra.on('data', () => {
+    extraGotData = true;
+  });
+  extra.on('error', () => {});
+  extra.write(framedCall(1, PROG, 1, 0));
+  await closed(extra);
+  t.false(extraGotData);
+  t.is(server.stats.connectionsRefused, 1);
+  t.is(server.stats.errors.REFUSED_MAX_CONNECTIONS, 1);
+  const line = log.lines.find((l) => l.reason === 'REFUSED_MAX_CONNECTIONS');
+  t.truthy(line, 'a log line names the refusal');
+  t.is(line?.maxConnections, 3);
+  t.regex(String(line?.remote), /^127\.0\.0\.1:\d+$/);
+  for (const c of clients) t.is((await c.call(PROG, 1, 0)).acceptStat, AcceptStat.SUCCESS);
+  // A slot freed by a client that leaves can be taken again.
+  await clients[0].close();
+  await waitFor(() => server.stats.connectionsOpen === 2, 'the slot to free');
+  const again = await RpcClient.connect({ host: '127.0.0.1', port });
+  t.is((await again.call(PROG, 1, 0)).acceptStat, AcceptStat.SUCCESS);
+  await Promise.all([again.close(), clients[1].close(), clients[2].close()]);
+  await server.close();
+});
+
+test('a record over the size limit closes only that client, with the reason logged', async (t) => {
+  const h = new HoldingHandler();
+  h.auto = true;
+  const log = captureLogger();
+  const { server, port } = await start(h, { limits: { maxRecordSize: 1024 }, logger: log.logger });
+  const good = await RpcClient.connect({ host: '127.0.0.1', port });
+  const bad = await connectRaw(port);
+  bad.on('error', () => {});
+  // Only the fragment header is sent: the limit is enforced before any of the 4096 bytes arrive.
+  const mark = Buffer.alloc(4);
+  mark.writeUInt32BE((0x8000_0000 | 4096) >>> 0);
+  bad.write(mark);
+  await closed(bad);
+  const close = h.closes.find((c) => c.reason.code === 'ERR_RM_RECORD_TOO_LARGE');
+  t.truthy(close);
+  t.is(close?.reason.details.limit, 1024);
+  t.is(close?.reason.details.announced, 4096);
+  t.is(server.stats.errors.ERR_RM_RECORD_TOO_LARGE, 1);
+  const line = log.lines.find(
+    (l) => (l.err as { code?: string } | undefined)?.code === 'ERR_RM_RECORD_TOO_LARGE',
+  );
+  t.truthy(line, 'the log line carries the error code as a structured field');
+  t.is((line?.err as { limit?: number } | undefined)?.limit, 1024);
+  t.is(typeof line?.conn, 'number');
+  const r = await good.call(PROG, 1, 0, Buffer.alloc(512));
+  t.is(r.acceptStat, AcceptStat.SUCCESS);
+  await good.close();
+  await server.close();
+});
+
+test('a connection idle past the timeout is closed; one with a call in flight is not', async (t) => {
+  const h = new HoldingHandler();
+  const { server, port } = await start(h, { limits: { idleTimeoutMs: 150 } });
+  t.teardown(() => server.close({ drainTimeoutMs: 0 }));
+  const started = Date.now();
+  const idle = await connectRaw(port);
+  const busy = await RpcClient.connect({ host: '127.0.0.1', port });
+  const pending = busy.call(PROG, 1, 0);
+  await closed(idle);
+  // The server's timer starts at accept, after `started`; 140 leaves room for timer granularity.
+  t.true(Date.now() - started >= 140, 'not closed before the timeout');
+  await waitFor(() => h.closes.length === 1, 'the server to report the close');
+  t.is(h.closes[0].reason.code, 'IDLE_TIMEOUT');
+  // The busy connection outlives two more idle periods while its call is held.
+  await new Promise((r) => setTimeout(r, 350));
+  t.false(busy.closed);
+  h.answerAll();
+  t.is((await pending).acceptStat, AcceptStat.SUCCESS);
+  // Once its call is answered it is idle too.
+  await waitFor(() => busy.closed, 'the busy connection to go idle and close', 3000);
+  t.is(server.stats.closes.IDLE_TIMEOUT, 2);
+  await server.close();
+});
+
+test('the in-flight limit pauses reading: a client pipelining past it gets no more dispatched', async (t) => {
+  const h = new HoldingHandler();
+  const { server, port } = await start(h, { limits: { maxCallsInFlight: 4 } });
+  const client = await RpcClient.connect({ host: '127.0.0.1', port, maxInFlight: 1000 });
+  const calls = Array.from({ length: 50 }, (_, i) => client.call(PROG, 1, i));
+  await waitFor(() => h.held.length === 4, 'four calls dispatched');
+  // Give the rest every chance to arrive: the socket data is there, but the server must not dispatch it.
+  await new Promise((r) => setTimeout(r, 100));
+  const [conn] = server.connections;
+  t.is(h.received, 4);
+  t.is(conn.inFlight, 4);
+  t.true(conn.readPaused);
+  t.true(server.stats.readPauses >= 1);
+  // Answering frees slots; the client's calls flow in batches of at most four, all answered in the end.
+  let rounds = 0;
+  while (h.received < 50 && rounds++ < 100) {
+    h.answerAll();
+    await waitFor(() => h.held.length > 0 || h.received === 50, 'the next calls');
+  }
+  h.answerAll();
+  const replies = await Promise.all(calls);
+  t.is(replies.length, 50);
+  t.is(h.maxInFlightSeen, 4, 'never more than the limit dispatched');
+  t.is(server.stats.callsInFlight, 0);
+  await client.close();
+  await server.close();
+});
+
+test('dispatcher hold pauses a connection and unhold resumes it', async (t) => {
+  const h = new HoldingHandler();
+  h.auto = true;
+  const { server, port } = await start(h);
+  const client = await RpcClient.connect({ host: '127.0.0.1', port });
+  await client.call(PROG, 1, 0);
+  const [conn] = server.connections;
+  conn.hold();
+  const p = client.call(PROG, 1, 1);
+  await new Promise((r) => setTimeout(r, 80));
+  t.is(h.received, 1, 'held: nothing dispatched');
+  conn.unhold();
+  t.is((await p).acceptStat, AcceptStat.SUCCESS);
+  t.is(h.received, 2);
+  await client.close();
+  await server.close();
+});
+
+test('a client that vanishes (reset) mid-call disturbs no one; its late reply is dropped and counted', async (t) => {
+  const h = new HoldingHandler();
+  const { server, port } = await start(h);
+  const leaver = await connectRaw(port);
+  const stayer = await RpcClient.connect({ host: '127.0.0.1', port });
+  leaver.write(framedCall(5, PROG, 1, 0));
+  const kept = stayer.call(PROG, 1, 0);
+  await waitFor(() => h.held.length === 2, 'both calls held');
+  leaver.resetAndDestroy();
+  await waitFor(() => h.closes.length === 1, 'the server to see the reset');
+  t.is(h.closes[0].reason.code, 'ERR_SOCKET');
+  t.is(h.closes[0].reason.details.errno, 'ECONNRESET');
+  t.is(server.stats.callsInFlight, 1, "the vanished client's call no longer counts");
+  h.answerAll();
+  t.is((await kept).acceptStat, AcceptStat.SUCCESS);
+  t.is(server.stats.repliesDropped, 1);
+  t.is(server.stats.callsInFlight, 0);
+  t.is(server.stats.connectionsOpen, 1);
+  await stayer.close();
+  await server.close();
+});
+
+test('a client that closes (FIN) mid-call: its reply is attempted, then the connection goes', async (t) => {
+  // A FIN cannot be told from a half-close until the server writes: the reply is written, the dead peer
+  // answers with a reset, and the connection closes without touching the other client.
+  const h = new HoldingHandler();
+  const { server, port } = await start(h);
+  const leaver = await RpcClient.connect({ host: '127.0.0.1', port });
+  const stayer = await RpcClient.connect({ host: '127.0.0.1', port });
+  const lost = leaver.call(PROG, 1, 0);
+  const kept = stayer.call(PROG, 1, 0);
+  await waitFor(() => h.held.length === 2, 'both calls held');
+  leaver.destroy();
+  await t.throwsAsync(lost, { code: 'ERR_CLIENT_CLOSED' });
+  h.answerAll();
+  t.is((await kept).acceptStat, AcceptStat.SUCCESS);
+  await waitFor(() => h.closes.length === 1, 'the server to close the connection');
+  t.is(server.stats.callsInFlight, 0);
+  t.is(server.stats.connectionsOpen, 1);
+  await stayer.close();
+  await server.close();
+});
+
+test('a half-closed client still gets the replies to its calls', async (t) => {
+  const h = new HoldingHandler();
+  const { server, port } = await start(h);
+  const s = await connectRaw(port);
+  const received: Buffer[] = [];
+  s.on('data', (d: Buffer) => received.push(d));
+  s.end(Buffer.concat([framedCall(7, PROG, 1, 0), framedCall(8, PROG, 1, 0)]));
+  await waitFor(() => h.held.length === 2, 'both calls');
+  h.answerAll();
+  await closed(s);
+  const all = Buffer.concat(received);
+  t.is(all.length, 2 * (4 + 24));
+  t.is(all.readUInt32BE(4), 7);
+  t.is(all.readUInt32BE(32), 8);
+  t.is(h.closes[0].reason.code, 'CLOSED_BY_CLIENT');
+  await server.close();
+});
+
+test('a stream that ends inside a record is reported as truncated', async (t) => {
+  const h = new HoldingHandler();
+  const { server, port } = await start(h);
+  const s = await connectRaw(port);
+  s.end(framedCall(1, PROG, 1, 0).subarray(0, 10));
+  await waitFor(() => h.closes.length === 1, 'the close');
+  t.is(h.closes[0].reason.code, 'ERR_RM_TRUNCATED');
+  t.is(server.stats.errors.ERR_RM_TRUNCATED, 1);
+  await server.close();
+});
+
+test('a handler that throws closes only its connection', async (t) => {
+  let throwFor = -1;
+  const inner = new HoldingHandler();
+  inner.auto = true;
+  const handler: FrontendHandler = {
+    onRecord(conn, record) {
+      if (peekXid(record) === throwFor) throw new Error('bug');
+      inner.onRecord(conn, record);
+    },
+    onClose: (conn, reason) => inner.onClose(conn, reason),
+  };
+  const { server, port } = await start(handler);
+  const victim = await connectRaw(port);
+  victim.on('error', () => {});
+  const other = await RpcClient.connect({ host: '127.0.0.1', port });
+  throwFor = 99;
+  victim.write(framedCall(99, PROG, 1, 0));
+  await closed(victim);
+  t.is(inner.closes[0].reason.code, 'ERR_HANDLER');
+  t.is(server.stats.errors.ERR_HANDLER, 1);
+  t.is((await other.call(PROG, 1, 0)).acceptStat, AcceptStat.SUCCESS);
+  await other.close();
+  await server.close();
+});
+
+test('listens on several addresses, IPv4 and IPv6', async (t) => {
+  const h = new HoldingHandler();
+  h.auto = true;
+  const listen = [
+    { host: '127.0.0.1', port: 0 },
+    { host: '127.0.0.2', port: 0 },
+  ];
+  let v6 = true;
+  try {
+    const probe = new FrontendServer({ listen: [{ host: '::1', port: 0 }], handler: h });
+    await probe.listen();
+    await probe.close();
+  } catch {
+    v6 = false;
+  }
+  if (v6) listen.push({ host: '::1', port: 0 });
+  const server = new FrontendServer({ listen, handler: h });
+  const bound = await server.listen();
+  t.is(bound.length, listen.length);
+  for (const a of bound) {
+    const c = await RpcClient.connect({ host: a.host, port: a.port });
+    t.is((await c.call(PROG, 1, 0)).acceptStat, AcceptStat.SUCCESS, `via ${a.host}`);
+    await c.close();
+  }
+  if (!v6) t.log('no IPv6 loopback on this machine: IPv6 listener not tested');
+  await server.close();
+});
+
+test('a listen failure names the address', async (t) => {
+  const h = new HoldingHandler();
+  const { server, port } = await start(h);
+  const second = new FrontendServer({ listen: [{ host: '127.0.0.1', port }], handler: h });
+  const err = await t.throwsAsync(second.listen(), { code: 'ERR_LISTEN' });
+  t.is((err as unknown as { details: { port: number } }).details.port, port);
+  await server.close();
+});
+
+test('graceful close lets calls in flight finish, then closes', async (t) => {
+  const h = new HoldingHandler();
+  const { server, port } = await start(h);
+  const client = await RpcClient.connect({ host: '127.0.0.1', port });
+  const p = client.call(PROG, 1, 0);
+  await waitFor(() => h.held.length === 1, 'the call');
+  const closing = server.close({ drainTimeoutMs: 5000 });
+  await new Promise((r) => setTimeout(r, 50));
+  t.false(client.closed, 'not closed while a call is in flight');
+  h.answerAll();
+  t.is((await p).acceptStat, AcceptStat.SUCCESS);
+  await closing;
+  await waitFor(() => client.closed, 'the client to see the close');
+  t.is(h.closes[0].reason.code, 'SERVER_CLOSING');
+});
+
+test('graceful close destroys connections whose calls outlive the drain timeout', async (t) => {
+  const h = new HoldingHandler();
+  const { server, port } = await start(h);
+  const client = await RpcClient.connect({ host: '127.0.0.1', port });
+  const p = client.call(PROG, 1, 0);
+  await waitFor(() => h.held.length === 1, 'the call');
+  await server.close({ drainTimeoutMs: 50 });
+  await t.throwsAsync(p, { code: 'ERR_CLIENT_CLOSED' });
+  t.is(h.closes[0].reason.code, 'SERVER_CLOSING');
+  t.is(h.closes[0].reason.details.inFlight, 1);
+});
