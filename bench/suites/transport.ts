@@ -1,0 +1,302 @@
+/**
+ * The RPC-over-RDMA transport through one connection, both ends in this process on the soft provider:
+ * calls/s and GB/s at 1, 16 and 128 outstanding calls for 0 B, 4 KiB and 1 MiB results (a READ-like call:
+ * small inline Call, the result in a Write chunk, like an NFS READ).
+ *
+ * Baseline, measured in the same run at the same depth: the bare verbs work such a call needs on the same
+ * provider — a small Send, an RDMA Write of the payload into a pre-registered region, a small Send back —
+ * with no transport header, marshalling, registration or invalidation. The ratio is the transport's cost.
+ */
+import { performance } from 'node:perf_hooks';
+import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
+import {
+  type InboundCall,
+  type RequesterHandler,
+  type ResponderHandler,
+  RpcRdmaConnection,
+  type TransportCall,
+} from '../../rdma-backend/transport/index.js';
+import {
+  Access,
+  CmEventType,
+  type Connection,
+  createWorkCompletions,
+  SendFlags,
+  WcStatus,
+  WrOpcode,
+} from '../../rdma-backend/verbs/index.js';
+import { type BenchContext, type BenchRow, row, type Suite } from '../harness.js';
+
+const MiB = 1 << 20;
+const REPLY_DATA = 28;
+const DEPTHS = [1, 16, 128];
+const SIZES = [0, 4096, MiB];
+
+function sourceCall(xid: number, n: number): TransportCall {
+  const m = Buffer.alloc(48);
+  const w = [xid, 0, 2, 0x20000099, 1, 3, 0, 0, 0, 0, 4, n];
+  for (let i = 0; i < w.length; i++) m.writeUInt32BE(w[i] >>> 0, i * 4);
+  return { xid, message: m, ddpArgs: [], ddpResults: n > 0 ? [n] : [], maxReplySize: REPLY_DATA + n + 4 };
+}
+
+async function transportPair(depth: number) {
+  const sd = await createSoftProvider().openDevice();
+  const cd = await createSoftProvider().openDevice();
+  const replies = new Map<number, Buffer>();
+  const responder: ResponderHandler & { conn: RpcRdmaConnection | null } = {
+    conn: null,
+    onCall(call: InboundCall) {
+      const n = call.message.readUInt32BE(44);
+      let r = replies.get(n);
+      if (!r) {
+        r = Buffer.alloc(REPLY_DATA + n + ((4 - (n % 4)) % 4), 0x5a);
+        r.writeUInt32BE(1, 4);
+        for (let i = 8; i < 24; i++) r[i] = 0;
+        r.writeUInt32BE(n, 24);
+        replies.set(n, r);
+      }
+      r.writeUInt32BE(call.xid, 0);
+      this.conn?.reply(call, r, n > 0 ? [{ offset: REPLY_DATA, length: n }] : []);
+    },
+  };
+  const listener = await sd.listen({
+    host: '127.0.0.1',
+    port: 0,
+    onConnectRequest: (request) => {
+      responder.conn = RpcRdmaConnection.accept({
+        device: sd,
+        request,
+        responder,
+        options: { credits: 128 },
+      });
+    },
+  });
+  let onDone: (bytes: number) => void = () => {};
+  const handler: RequesterHandler = {
+    onReply(_c, reply) {
+      onDone(reply.length);
+    },
+    onFailed(_c, e) {
+      throw e;
+    },
+    locateResult: () => REPLY_DATA,
+  };
+  const client = await RpcRdmaConnection.connect({
+    device: cd,
+    host: '127.0.0.1',
+    port: listener.port,
+    requester: handler,
+    options: { credits: Math.max(depth, 1), peerKey: `bench-${depth}-${Math.random()}` },
+  });
+  return {
+    client,
+    setDone(f: (bytes: number) => void) {
+      onDone = f;
+    },
+    async close() {
+      client.close();
+      responder.conn?.close();
+      await listener.close();
+    },
+  };
+}
+
+/** Runs `depth` calls in a closed loop for `seconds`; returns calls/s and payload bytes/s. */
+async function runTransport(depth: number, size: number, seconds: number): Promise<[number, number]> {
+  const p = await transportPair(depth);
+  let xid = 1;
+  const loop = (ms: number) =>
+    new Promise<[number, number]>((resolve) => {
+      let done = 0;
+      let stop = false;
+      const start = performance.now();
+      const end = start + ms;
+      let outstanding = 0;
+      p.setDone(() => {
+        outstanding--;
+        done++;
+        if (!stop && performance.now() >= end) stop = true;
+        if (!stop) {
+          outstanding++;
+          p.client.submit(sourceCall(xid++, size));
+        } else if (outstanding === 0) {
+          const s = (performance.now() - start) / 1000;
+          resolve([done / s, (done * size) / s]);
+        }
+      });
+      for (let i = 0; i < depth; i++) {
+        outstanding++;
+        p.client.submit(sourceCall(xid++, size));
+      }
+    });
+  await loop(Math.min(200, seconds * 200));
+  const r = await loop(seconds * 1000);
+  await p.close();
+  return r;
+}
+
+/** The same exchange on bare verbs: Send 64 B → (RDMA Write size) + Send 64 B back. */
+async function runBaseline(depth: number, size: number, seconds: number): Promise<[number, number]> {
+  const sd = await createSoftProvider().openDevice();
+  const cd = await createSoftProvider().openDevice();
+  const MSG = 64;
+  const recvs = depth + 4;
+  const mk = (dev: typeof sd) => {
+    const pd = dev.allocPd();
+    const cq = dev.createCq(4 * recvs + 64);
+    const recv = pd.registerMemory(Buffer.alloc(recvs * MSG), Access.LOCAL_WRITE);
+    const send = pd.registerMemory(Buffer.alloc(MSG), Access.LOCAL_WRITE);
+    return { pd, cq, recv, send };
+  };
+  const s = mk(sd);
+  const c = mk(cd);
+  const target = c.pd.registerMemory(
+    Buffer.alloc(Math.max(size, 1)),
+    Access.LOCAL_WRITE | Access.REMOTE_WRITE,
+  );
+  const source = s.pd.registerMemory(Buffer.alloc(Math.max(size, 1), 0x5a), Access.LOCAL_WRITE);
+  const cap = { maxSendWr: 4 * recvs, maxRecvWr: recvs, maxSendSge: 1, maxRecvSge: 1 };
+  let server: Connection | undefined;
+  const listener = await sd.listen({
+    host: '127.0.0.1',
+    port: 0,
+    onConnectRequest: (req) => {
+      server = req.createConnection({ pd: s.pd, sendCq: s.cq, recvCq: s.cq, cap, onEvent: () => {} });
+      for (let i = 0; i < recvs; i++)
+        server.qp.postRecv({ wrId: i, sgList: [{ mr: s.recv, offset: i * MSG, length: MSG }] });
+      server.accept();
+    },
+  });
+  let est: () => void = () => {};
+  const up = new Promise<void>((r) => {
+    est = r;
+  });
+  const client = cd.connect({
+    host: '127.0.0.1',
+    port: listener.port,
+    pd: c.pd,
+    sendCq: c.cq,
+    recvCq: c.cq,
+    cap,
+    onEvent: (e) => {
+      if (e.type === CmEventType.ESTABLISHED) est();
+    },
+  });
+  for (let i = 0; i < recvs; i++)
+    client.qp.postRecv({ wrId: i, sgList: [{ mr: c.recv, offset: i * MSG, length: MSG }] });
+  await up;
+  const sendSgl = (mr: typeof s.send) => [{ mr, offset: 0, length: MSG }];
+  const swcs = createWorkCompletions(64);
+  s.cq.setNotifyHandler(() => {
+    s.cq.requestNotify();
+    let n = s.cq.poll(swcs);
+    while (n > 0) {
+      for (let i = 0; i < n; i++) {
+        const wc = swcs[i];
+        if (wc.status !== WcStatus.SUCCESS || wc.wrId >= recvs) continue;
+        const srv = server as Connection;
+        srv.qp.postRecv({ wrId: wc.wrId, sgList: [{ mr: s.recv, offset: wc.wrId * MSG, length: MSG }] });
+        if (size > 0) {
+          srv.qp.postSend({
+            wrId: 1e6,
+            opcode: WrOpcode.RDMA_WRITE,
+            flags: 0,
+            sgList: [{ mr: source, offset: 0, length: size }],
+            remoteAddr: target.iova,
+            rkey: target.rkey,
+          });
+        }
+        srv.qp.postSend({ wrId: 1e6, opcode: WrOpcode.SEND, flags: 0, sgList: sendSgl(s.send) });
+      }
+      n = s.cq.poll(swcs);
+    }
+  });
+  s.cq.requestNotify();
+  const cwcs = createWorkCompletions(64);
+  let onReply: () => void = () => {};
+  c.cq.setNotifyHandler(() => {
+    c.cq.requestNotify();
+    let n = c.cq.poll(cwcs);
+    while (n > 0) {
+      for (let i = 0; i < n; i++) {
+        const wc = cwcs[i];
+        if (wc.status !== WcStatus.SUCCESS || wc.wrId >= recvs) continue;
+        client.qp.postRecv({ wrId: wc.wrId, sgList: [{ mr: c.recv, offset: wc.wrId * MSG, length: MSG }] });
+        onReply();
+      }
+      n = c.cq.poll(cwcs);
+    }
+  });
+  c.cq.requestNotify();
+  let sends = 0;
+  const call = () => {
+    // Signal every 16th Send so the send queue drains.
+    client.qp.postSend({
+      wrId: 1e6 + sends,
+      opcode: WrOpcode.SEND,
+      flags: sends++ % 16 === 0 ? SendFlags.SIGNALED : 0,
+      sgList: sendSgl(c.send),
+    });
+  };
+  const loop = (ms: number) =>
+    new Promise<[number, number]>((resolve) => {
+      let done = 0;
+      let outstanding = 0;
+      let stop = false;
+      const start = performance.now();
+      const end = start + ms;
+      onReply = () => {
+        outstanding--;
+        done++;
+        if (!stop && performance.now() >= end) stop = true;
+        if (!stop) {
+          outstanding++;
+          call();
+        } else if (outstanding === 0) {
+          const sec = (performance.now() - start) / 1000;
+          resolve([done / sec, (done * size) / sec]);
+        }
+      };
+      for (let i = 0; i < depth; i++) {
+        outstanding++;
+        call();
+      }
+    });
+  await loop(Math.min(200, seconds * 200));
+  const r = await loop(seconds * 1000);
+  client.disconnect();
+  await listener.close();
+  return r;
+}
+
+function label(size: number): string {
+  return size === 0 ? '0 B' : size === MiB ? '1 MiB' : `${size / 1024} KiB`;
+}
+
+export const transportSuite: Suite = {
+  name: 'transport',
+  async run(ctx: BenchContext): Promise<BenchRow[]> {
+    const rows: BenchRow[] = [];
+    const seconds = ctx.quick ? 0.3 : Math.min(ctx.seconds, 1.5);
+    for (const size of SIZES) {
+      for (const depth of DEPTHS) {
+        ctx.log(`[transport] ${label(size)} × ${depth} outstanding`);
+        const [base, baseBytes] = await runBaseline(depth, size, seconds);
+        const [rate, bytes] = await runTransport(depth, size, seconds);
+        const target = { of: 'ratio' as const, op: '>=' as const, value: size === MiB ? 0.7 : 0.3 };
+        rows.push(
+          row({
+            suite: 'transport',
+            name: `READ-like call ${label(size)}, ${depth} outstanding`,
+            value: rate,
+            unit: 'calls/s',
+            baseline: { name: 'bare verbs Send+Write+Send', value: base },
+            target,
+            extra: { GBps: bytes / 1e9, baselineGBps: baseBytes / 1e9 },
+          }),
+        );
+      }
+    }
+    return rows;
+  },
+};

@@ -1,0 +1,227 @@
+/**
+ * N RPC-over-RDMA connections to one peer (client ends). Calls go to the ready connection with the
+ * fewest outstanding + queued calls; while none is ready they wait in the pool (bounded). A lost
+ * connection's calls reach the handler as `retransmit: true` (the caller resubmits — to this pool, which
+ * then uses another or a new connection, never the dead one), and the slot reconnects with exponential
+ * back-off (PROTOCOL-NOTES §7: Linux starts at seconds and caps; here both are configurable).
+ */
+import type { Device } from '../verbs/index.js';
+import { type ConnectParams, RpcRdmaConnection, type TransportOptions } from './connection.js';
+import { Fifo } from './credits.js';
+import { TransportError } from './errors.js';
+import type { ConnectionSnapshot, RequesterHandler, ResponderHandler, TransportCall } from './types.js';
+
+export interface BackoffOptions {
+  initialMs?: number;
+  maxMs?: number;
+  factor?: number;
+}
+
+export interface PoolOptions {
+  device: Device;
+  host: string;
+  port: number;
+  size: number;
+  options?: TransportOptions;
+  requester: RequesterHandler;
+  /** Handles backward calls arriving on any connection. */
+  responder?: ResponderHandler;
+  backoff?: BackoffOptions;
+  /** Calls held while no connection is ready; beyond it `submit` fails them (retransmit). Default 4096. */
+  maxPending?: number;
+  connectTimeoutMs?: number;
+}
+
+interface Slot {
+  index: number;
+  conn: RpcRdmaConnection | null;
+  connecting: boolean;
+  attempts: number;
+  reconnects: number;
+  nextDelayMs: number;
+  timer: NodeJS.Timeout | null;
+  lastError: string;
+}
+
+export interface PoolSnapshot {
+  peer: string;
+  size: number;
+  ready: number;
+  pending: number;
+  slots: {
+    index: number;
+    state: 'connecting' | 'backoff' | 'ready' | 'negotiating' | 'closed';
+    attempts: number;
+    reconnects: number;
+    nextDelayMs: number;
+    lastError: string;
+    connection: ConnectionSnapshot | null;
+  }[];
+}
+
+export class ConnectionPool {
+  private readonly slots: Slot[] = [];
+  private readonly pending = new Fifo<TransportCall>(64);
+  private closed = false;
+  private readonly initialMs: number;
+  private readonly maxMs: number;
+  private readonly factor: number;
+
+  constructor(private readonly o: PoolOptions) {
+    this.initialMs = o.backoff?.initialMs ?? 100;
+    this.maxMs = o.backoff?.maxMs ?? 30_000;
+    this.factor = o.backoff?.factor ?? 2;
+    for (let i = 0; i < o.size; i++) {
+      this.slots.push({
+        index: i,
+        conn: null,
+        connecting: false,
+        attempts: 0,
+        reconnects: 0,
+        nextDelayMs: this.initialMs,
+        timer: null,
+        lastError: '',
+      });
+    }
+  }
+
+  /** Opens every connection; resolves when all attempts finished (failures go to back-off). */
+  async start(): Promise<void> {
+    await Promise.all(this.slots.map((s) => this.connectSlot(s)));
+  }
+
+  private async connectSlot(s: Slot): Promise<void> {
+    if (this.closed || s.connecting) return;
+    s.connecting = true;
+    s.attempts++;
+    const params: ConnectParams = {
+      device: this.o.device,
+      host: this.o.host,
+      port: this.o.port,
+      options: this.o.options,
+      requester: this.o.requester,
+      responder: this.o.responder,
+      timeoutMs: this.o.connectTimeoutMs,
+      onClose: (conn, reason) => this.onConnectionClosed(s, conn, reason),
+    };
+    try {
+      const conn = await RpcRdmaConnection.connect(params);
+      s.connecting = false;
+      if (this.closed) {
+        conn.close('pool closed');
+        return;
+      }
+      s.conn = conn;
+      s.attempts = 0;
+      s.nextDelayMs = this.initialMs;
+      this.flushPending();
+    } catch (e) {
+      s.connecting = false;
+      s.lastError = (e as Error).message;
+      this.scheduleReconnect(s);
+    }
+  }
+
+  private onConnectionClosed(s: Slot, conn: RpcRdmaConnection, reason: string): void {
+    if (s.conn !== conn) return;
+    s.conn = null;
+    s.lastError = reason;
+    if (this.closed) return;
+    s.reconnects++;
+    this.scheduleReconnect(s);
+  }
+
+  private scheduleReconnect(s: Slot): void {
+    if (this.closed || s.timer) return;
+    // Exponential back-off with ±20 % jitter so that pooled slots do not reconnect in lock-step.
+    const delay = Math.round(s.nextDelayMs * (0.8 + Math.random() * 0.4));
+    s.nextDelayMs = Math.min(this.maxMs, s.nextDelayMs * this.factor);
+    s.timer = setTimeout(() => {
+      s.timer = null;
+      void this.connectSlot(s);
+    }, delay);
+    s.timer.unref?.();
+  }
+
+  /** The ready connection with the least work, or null. */
+  pick(): RpcRdmaConnection | null {
+    let best: RpcRdmaConnection | null = null;
+    let bestLoad = Number.POSITIVE_INFINITY;
+    for (const s of this.slots) {
+      const c = s.conn;
+      if (!c || c.state === 'closed' || c.state === 'connecting') continue;
+      const snap = c.credits;
+      const load = snap.outstanding + c.queuedCalls;
+      if (load < bestLoad) {
+        best = c;
+        bestLoad = load;
+      }
+    }
+    return best;
+  }
+
+  submit(call: TransportCall): void {
+    if (this.closed) {
+      this.fail(call, 'pool closed');
+      return;
+    }
+    const c = this.pick();
+    if (c) {
+      c.submit(call);
+      return;
+    }
+    if (this.pending.length >= (this.o.maxPending ?? 4096)) {
+      this.fail(call, 'no connection and the pool is holding its maximum');
+      return;
+    }
+    this.pending.push(call);
+  }
+
+  private fail(call: TransportCall, why: string): void {
+    const err = new TransportError('ERR_TRANSPORT_POOL_UNAVAILABLE', why, true, {
+      peer: `${this.o.host}:${this.o.port}`,
+    });
+    queueMicrotask(() => this.o.requester.onFailed(call, err));
+  }
+
+  private flushPending(): void {
+    while (this.pending.length > 0) {
+      const c = this.pick();
+      if (!c) return;
+      c.submit(this.pending.shift() as TransportCall);
+    }
+  }
+
+  snapshot(): PoolSnapshot {
+    return {
+      peer: `${this.o.host}:${this.o.port}`,
+      size: this.slots.length,
+      ready: this.slots.filter((s) => s.conn?.state === 'ready').length,
+      pending: this.pending.length,
+      slots: this.slots.map((s) => ({
+        index: s.index,
+        state: s.conn ? s.conn.state : s.connecting ? 'connecting' : 'backoff',
+        attempts: s.attempts,
+        reconnects: s.reconnects,
+        nextDelayMs: s.nextDelayMs,
+        lastError: s.lastError,
+        connection: s.conn ? s.conn.snapshot() : null,
+      })),
+    };
+  }
+
+  /** The live connections (for tests and the admin API's control operations). */
+  connections(): RpcRdmaConnection[] {
+    return this.slots.flatMap((s) => (s.conn ? [s.conn] : []));
+  }
+
+  close(): void {
+    this.closed = true;
+    for (const s of this.slots) {
+      if (s.timer) clearTimeout(s.timer);
+      s.timer = null;
+      s.conn?.close('pool closed');
+    }
+    for (const call of this.pending.drain()) this.fail(call, 'pool closed');
+  }
+}

@@ -1,0 +1,110 @@
+/**
+ * The objects the transport exchanges with its users (the gateway router and the responder role).
+ * Calls are caller-owned and reusable (undici dispatcher-handler style): the transport keeps its own state
+ * in a pooled record, never in a closure per call.
+ */
+import type { RdmaSegment } from '../protocol/index.js';
+import type { TransportError } from './errors.js';
+import type { DdpItem } from './marshal.js';
+
+/** An RPC Call to send (forward from a client end, backward from a server end). */
+export interface TransportCall {
+  /** The XID already in `message` (the gateway assigns it, unique per connection, DESIGN §3). */
+  xid: number;
+  /** The complete XDR-encoded RPC Call message. */
+  message: Buffer;
+  /** DDP-eligible argument items (RFC 8267), in order; may go in Read chunks. */
+  ddpArgs: readonly DdpItem[];
+  /** Maximum sizes of the DDP-eligible results, in order: one Write chunk each. */
+  ddpResults: readonly number[];
+  /** Largest possible reply in bytes (with DDP results), or -1 when unknown (a Reply chunk is always offered). */
+  maxReplySize: number;
+}
+
+export interface RequesterHandler<C extends TransportCall = TransportCall> {
+  /** The reassembled RPC Reply (a fresh buffer the caller owns). */
+  onReply(call: C, reply: Buffer): void;
+  /** The call is over without a reply; `error.retransmit` says whether to send it again elsewhere. */
+  onFailed(call: C, error: TransportError): void;
+  /**
+   * Where the data of DDP result `index` goes back into the reduced reply: the offset of its first data
+   * byte (just after its XDR length word). Only the upper-layer binding knows (RFC 8166 §3.5.4). Needed
+   * when calls have `ddpResults`.
+   */
+  locateResult?(call: C, reducedReply: Buffer, index: number): number;
+}
+
+/** An RPC Call received by the responder role, with the resources the requester offered for the reply. */
+export interface InboundCall {
+  readonly xid: number;
+  /** RPC-over-RDMA version the requester used (the reply uses the same, seed 004 §7.3). */
+  readonly version: 1 | 2;
+  /** The complete RPC Call, Read chunk data re-inserted at its positions. */
+  readonly message: Buffer;
+  /** True when this is a backward-direction call (server → client, RFC 8167). */
+  readonly backward: boolean;
+  /** The Write chunks offered, one entry per chunk with its segments (capacities = sum of lengths). */
+  readonly writeChunks: readonly (readonly RdmaSegment[])[];
+  /** The Reply chunk offered, or null. */
+  readonly replyChunk: readonly RdmaSegment[] | null;
+  /** `rdma_inv_handle` (Version 2) or 0. */
+  readonly invHandle: number;
+}
+
+export interface ResponderHandler {
+  /** A call to execute; answer with `connection.reply()` or `connection.replyError()`. */
+  onCall(call: InboundCall): void;
+}
+
+/** What a connection exposes for statistics and the admin API (a plain snapshot). */
+export interface ConnectionSnapshot {
+  id: number;
+  role: 'client' | 'server';
+  state: 'connecting' | 'negotiating' | 'ready' | 'closed';
+  version: 1 | 2 | 0;
+  peer: string;
+  /** The largest message the peer receives inline (bytes). */
+  sendLimit: number;
+  recvSize: number;
+  credits: { granted: number; outstanding: number; max: number; queued: number };
+  /** Credits we grant the peer for its calls. */
+  grant: number;
+  inboundInProgress: number;
+  /** Run-time property state: the peer's announced values, requests still pending either way. */
+  properties: {
+    peer: Record<number, unknown>;
+    pendingAtPeer: number[];
+    pendingForPeer: number[];
+    peerSupportsExtensions: boolean;
+  };
+  remoteInvalidateOk: boolean;
+  counters: ConnectionCounters;
+  registrations: { inUse: number; registered: number; rekeys: number };
+}
+
+export interface ConnectionCounters {
+  callsSent: number;
+  repliesReceived: number;
+  callsReceived: number;
+  repliesSent: number;
+  errorsSent: number;
+  errorsReceived: number;
+  retries: number;
+  inlineCalls: number;
+  readChunkCalls: number;
+  longCalls: number;
+  longReplies: number;
+  localInvalidations: number;
+  remoteInvalidations: number;
+  rdmaReads: number;
+  rdmaWrites: number;
+  droppedMessages: number;
+  /** Most RDMA Reads we had outstanding at once (bounded by the negotiated ORD). */
+  peakReadsOutstanding: number;
+  /** Replies sent through a responder-provided Read chunk (seed 002). */
+  rprcReplies: number;
+  /** RDMA2_DONE pull-completion notifications sent. */
+  donesSent: number;
+  bytesSent: number;
+  bytesReceived: number;
+}

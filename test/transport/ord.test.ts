@@ -1,0 +1,47 @@
+/** The responder's RDMA Reads of Read chunks stay within the negotiated ORD (the requester's IRD). */
+import test from 'ava';
+import { xdrPad } from '../../rpc/xdr.js';
+import { CALL_DATA, encodeCall, encodeReply, loopback, PROC_ECHO, pattern, TestCall } from './loopback.js';
+
+/** A call with `n` DDP-eligible opaques of `size` bytes each (n Read chunks). */
+function manyItemCall(xid: number, n: number, size: number): TestCall {
+  const parts: Buffer[] = [encodeCall(xid, PROC_ECHO, pattern(size, 0))];
+  const items = [{ offset: CALL_DATA, length: size }];
+  let off = parts[0].length;
+  for (let i = 1; i < n; i++) {
+    const lw = Buffer.alloc(4);
+    lw.writeUInt32BE(size);
+    items.push({ offset: off + 4, length: size });
+    parts.push(lw, pattern(size, i), Buffer.alloc(xdrPad(size)));
+    off += 4 + size + xdrPad(size);
+  }
+  const c = new TestCall(xid, Buffer.concat(parts));
+  c.ddpArgs = items;
+  c.maxReplySize = 1024;
+  return c;
+}
+
+for (const ird of [1, 4]) {
+  test(`five Read chunks against a requester IRD of ${ird}: at most ${ird} RDMA Read(s) outstanding`, async (t) => {
+    const lb = await loopback({ client: { ird }, server: { maxReadChunks: 8 } });
+    let got: Buffer | null = null;
+    lb.responder.override = (call, conn) => {
+      got = call.message;
+      conn.reply(call, encodeReply(call.xid, Buffer.from('ok')));
+      return true;
+    };
+    try {
+      const calls = [manyItemCall(1, 5, 5003), manyItemCall(2, 5, 4097)];
+      for (const c of calls) lb.client.submit(c);
+      const outs = await lb.collector.wait(2);
+      for (const o of outs) t.falsy(o.error, o.error?.message);
+      t.deepEqual(got, calls[1].message);
+      const peak = lb.server.snapshot().counters.peakReadsOutstanding;
+      t.true(peak <= ird, `peak ${peak}`);
+      if (ird > 1) t.true(peak > 1, `reads ran one at a time (peak ${peak}) although ORD allows ${ird}`);
+      t.is(lb.server.snapshot().counters.rdmaReads, 10);
+    } finally {
+      await lb.close();
+    }
+  });
+}

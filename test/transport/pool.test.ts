@@ -1,0 +1,88 @@
+import test from 'ava';
+import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
+import { ConnectionPool } from '../../rdma-backend/transport/index.js';
+import { Collector, delay, echoServer, pattern, replyData, TestCall } from './loopback.js';
+
+test('pool: spreads calls over its connections, reports a lost connection’s calls for retransmission, reconnects', async (t) => {
+  const s = await echoServer();
+  const collector = new Collector();
+  const pool = new ConnectionPool({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port: s.listener.port,
+    size: 3,
+    requester: collector,
+    backoff: { initialMs: 10, maxMs: 100 },
+  });
+  try {
+    await pool.start();
+    t.is(pool.snapshot().slots.length, 3);
+    for (let i = 0; i < 90; i++) pool.submit(TestCall.echo(i + 1, pattern(50 + i, i), false));
+    const outs = await collector.wait(90);
+    t.is(outs.filter((o) => o.error).length, 0);
+    const used = pool.snapshot().slots.filter((x) => (x.connection?.counters.callsSent ?? 0) > 0).length;
+    t.true(used >= 2, `calls spread over ${used} connections`);
+
+    // Hold every call on the server, then kill one server end mid-flight.
+    for (const r of s.responders) r.hold = true;
+    for (let i = 0; i < 30; i++) pool.submit(TestCall.echo(1000 + i, pattern(10, i), false));
+    await delay(50);
+    s.conns[0].close('test kill');
+    const afterKill = await collector.wait(90 + 1);
+    const lost = afterKill.slice(90).filter((o) => o.error);
+    t.true(lost.length >= 1);
+    for (const o of lost) t.true(o.error?.retransmit);
+    // The slot reconnects after its back-off; resubmitted calls complete on the live connections.
+    while (pool.snapshot().ready < 3) await delay(10);
+    t.is(
+      pool.snapshot().slots.reduce((n, x) => n + x.reconnects, 0),
+      1,
+    );
+    for (const r of s.responders) {
+      r.hold = false;
+      for (const c of r.held.splice(0)) r.answer(c);
+    }
+    await delay(50);
+    const failed = collector.outcomes.filter((o) => o.error).map((o) => o.call);
+    for (const c of failed) pool.submit(c);
+    const all = await collector.wait(90 + 30 + failed.length);
+    const good = new Set(all.filter((o) => o.reply).map((o) => o.call.xid));
+    for (let i = 0; i < 30; i++) t.true(good.has(1000 + i), `call ${1000 + i} completed`);
+    for (const o of all.filter((x) => x.reply)) {
+      const i = o.call.xid >= 1000 ? o.call.xid - 1000 : o.call.xid - 1;
+      t.deepEqual(replyData(o.reply as Buffer), pattern(o.call.xid >= 1000 ? 10 : 50 + i, i));
+    }
+  } finally {
+    pool.close();
+    await s.close();
+  }
+});
+
+test('pool: exponential back-off while the peer is down; held calls are handed back on close', async (t) => {
+  const s = await echoServer();
+  const port = s.listener.port;
+  await s.listener.close();
+  const collector = new Collector();
+  const pool = new ConnectionPool({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port,
+    size: 1,
+    requester: collector,
+    backoff: { initialMs: 20, maxMs: 80, factor: 2 },
+    connectTimeoutMs: 500,
+  });
+  try {
+    await pool.start();
+    pool.submit(TestCall.echo(1, Buffer.from('held'), false));
+    while (pool.snapshot().slots[0].attempts < 3) await delay(10);
+    const snap = pool.snapshot();
+    t.is(snap.pending, 1);
+    t.is(snap.slots[0].nextDelayMs, 80, 'delay doubled up to the cap');
+    t.is(collector.outcomes.length, 0, 'the held call is not failed while reconnecting');
+  } finally {
+    pool.close();
+  }
+  const [o] = await collector.wait(1);
+  t.true(o.error?.retransmit, 'closing the pool hands held calls back for retransmission');
+});

@@ -1,0 +1,208 @@
+/**
+ * A rogue peer (test/helpers/rogue-peer.ts) talks to our server end with raw bytes: malformed headers get
+ * the right RDMA2_ERROR, and a peer that overruns credits or sends an oversized message costs only its
+ * own connection.
+ */
+import test from 'ava';
+import { decodeHeader, encodePrivateData, type RpcRdmaHeader } from '../../rdma-backend/protocol/index.js';
+import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
+import { type InboundCall, RpcRdmaConnection } from '../../rdma-backend/transport/index.js';
+import { RoguePeer } from '../helpers/rogue-peer.js';
+import {
+  Collector,
+  echoServer,
+  encodeCall,
+  headerBytes,
+  PROC_ECHO,
+  replyData,
+  TestCall,
+  words,
+} from './loopback.js';
+
+const pd = () =>
+  encodePrivateData({ sendWithInvalidateOk: false, inlineSendSize: 4096, inlineRecvSize: 4096 });
+
+test('malformed and unknown headers get the right RDMA2_ERROR; the connection keeps serving', async (t) => {
+  const s = await echoServer();
+  const peer = await RoguePeer.connect(s.listener.port, pd());
+  try {
+    let n = 0;
+    const ask = async (msg: Buffer): Promise<RpcRdmaHeader> => {
+      peer.send(msg);
+      return decodeHeader(await peer.message(n++));
+    };
+    // Version 2 first: our CONNPROP comes back, with the grant and F_RESPONSE.
+    const cp = await ask(
+      headerBytes({
+        version: 2,
+        htype: 5,
+        xid: 1,
+        credit: 8,
+        props: [
+          { id: 1, value: 4096 },
+          { id: 99, data: Buffer.from('zz') },
+        ],
+      }),
+    );
+    t.like(cp, { version: 2, htype: 5, xid: 1, flags: 1, credit: 32 });
+
+    const expectError = (h: RpcRdmaHeader, xid: number, code: number) => {
+      if (h.version !== 2 || h.htype !== 4) return t.fail(`expected RDMA2_ERROR, got ${JSON.stringify(h)}`);
+      t.is(h.xid, xid);
+      t.is(h.error.code, code);
+      t.is(h.flags, 1, 'RDMA2_ERROR always has F_RESPONSE (seed 004 §3.2)');
+      return h;
+    };
+    expectError(await ask(words(2, 2, 8, 42, 0)), 2, 3); // unknown header type → INVAL_HTYPE
+    // DONE for an XID with no responder-provided Read chunk: dropped silently (seed 002 §4.1.3).
+    peer.send(words(3, 2, 8, 3, 0));
+    expectError(await ask(words(4, 2, 8, 0, 0, 0, 1, 5)), 4, 2); // read list cut short → BAD_XDR
+    const vers = await ask(words(5, 7, 8, 0, 0));
+    t.like(vers, { xid: 5 });
+    t.is((vers as { error: { code: number } }).error.code, 1);
+    t.like((vers as { error: object }).error, { versLow: 1, versHigh: 2 });
+    // F_RESPONSE clear but the RPC message is a REPLY: seed 004 §3.2 violation → BAD_XDR.
+    expectError(
+      await ask(
+        headerBytes({ version: 2, htype: 0, xid: 6, credit: 8, chunks: {} }, words(6, 1, 0, 0, 0, 0)),
+      ),
+      6,
+      2,
+    );
+    // NOMSG without a Position-Zero Read chunk → BAD_XDR.
+    expectError(await ask(headerBytes({ version: 2, htype: 1, xid: 7, credit: 8, chunks: {} })), 7, 2);
+    // Too many Write chunks for the default limit (8) → WRITE_CHUNKS with the limit.
+    const seg = { handle: 5, length: 8, offset: 0 };
+    const many = headerBytes(
+      { version: 2, htype: 0, xid: 8, credit: 8, chunks: { writes: Array.from({ length: 9 }, () => [seg]) } },
+      encodeCall(8, PROC_ECHO, Buffer.from('a')),
+    );
+    const wc = expectError(await ask(many), 8, 5);
+    t.is(wc?.error.maxChunks, 8);
+    // Version 1 on a Version 2 connection → ERR_VERS (the version does not change, seed 004 §7.3).
+    const v1 = await ask(
+      headerBytes(
+        { version: 1, proc: 0, xid: 9, credit: 8, chunks: {} },
+        encodeCall(9, PROC_ECHO, Buffer.from('a')),
+      ),
+    );
+    t.is((v1 as { error: { code: number } }).error.code, 1);
+    // A message shorter than the four common words has no XID to answer: dropped silently.
+    peer.send(words(1, 2));
+    // And a valid call is still served.
+    const ok = await ask(
+      headerBytes(
+        { version: 2, htype: 0, xid: 10, credit: 8, chunks: {} },
+        encodeCall(10, PROC_ECHO, Buffer.from('still here')),
+      ),
+    );
+    t.like(ok, { version: 2, htype: 0, xid: 10, flags: 1 });
+    t.deepEqual(replyData(peer.received[n - 1].subarray(ok.payloadOffset)), Buffer.from('still here'));
+    t.is(s.conns[0].state, 'ready');
+    t.is(s.conns[0].snapshot().counters.droppedMessages, 2, 'the DONE and the short message');
+  } finally {
+    peer.close();
+    await s.close();
+  }
+});
+
+test('a peer that sends a message larger than our receive buffer loses only its connection', async (t) => {
+  const s = await echoServer();
+  const peer = await RoguePeer.connect(s.listener.port, pd());
+  try {
+    peer.send(
+      headerBytes(
+        { version: 1, proc: 0, xid: 1, credit: 8, chunks: {} },
+        encodeCall(1, PROC_ECHO, Buffer.alloc(8000)),
+      ),
+    );
+    await peer.until(() => peer.disconnected, 'disconnect');
+    while (s.conns[0].state !== 'closed') await new Promise((r) => setTimeout(r, 5));
+    t.regex(s.conns[0].closeReason, /LOC_LEN_ERR|terminate/i, 'a Receive too small is fatal, as on hardware');
+    // The server end still accepts and serves other connections.
+    const collector = new Collector();
+    const client = await RpcRdmaConnection.connect({
+      device: await createSoftProvider().openDevice(),
+      host: '127.0.0.1',
+      port: s.listener.port,
+      requester: collector,
+      options: { peerKey: `rogue-after-${process.pid}` },
+    });
+    client.submit(TestCall.echo(1, Buffer.from('ok'), false));
+    const [o] = await collector.wait(1);
+    t.deepEqual(replyData(o.reply as Buffer), Buffer.from('ok'));
+    client.close();
+  } finally {
+    peer.close();
+    await s.close();
+  }
+});
+
+test('a peer that overruns its credits: calls beyond the Receives posted end its connection, nothing else', async (t) => {
+  // Hold every call so that no Receive is consumed and reposted faster than the peer sends.
+  const s = await echoServer({ credits: 2, backwardCredits: 1 }, { hold: true });
+  const peer = await RoguePeer.connect(s.listener.port, pd());
+  try {
+    // 2 credits + 1 backward + 4 control Receives are posted: the 8th Send finds none.
+    for (let i = 1; i <= 40; i++) {
+      peer.send(
+        headerBytes(
+          { version: 1, proc: 0, xid: i, credit: 8, chunks: {} },
+          encodeCall(i, PROC_ECHO, Buffer.from('x')),
+        ),
+      );
+    }
+    await peer.until(() => peer.disconnected, 'disconnect', 5000);
+    while (s.conns[0].state !== 'closed') await new Promise((r) => setTimeout(r, 5));
+    t.true(s.responders[0].received.length >= 7, `received ${s.responders[0].received.length}`);
+    // Answers for the held calls after the loss go nowhere and throw nothing.
+    for (const c of s.responders[0].held as InboundCall[]) s.conns[0].reply(c, Buffer.alloc(28));
+    t.pass();
+  } finally {
+    peer.close();
+    await s.close();
+  }
+});
+
+test('client end: a reply for an unknown XID is dropped; a reply claiming more than offered fails the call', async (t) => {
+  const rogue = await RoguePeer.listen(pd());
+  const collector = new Collector();
+  const client = await RpcRdmaConnection.connect({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port: rogue.port,
+    options: { maxVersion: 1, peerKey: `rogue-client-${process.pid}` },
+    requester: collector,
+  });
+  const peer = await rogue.peer;
+  try {
+    const c = TestCall.echo(11, Buffer.alloc(5000, 1));
+    client.submit(c);
+    const h = decodeHeader(await peer.message(0));
+    if (h.version !== 1 || h.proc !== 0) throw new Error('expected RDMA_MSG');
+    peer.send(
+      headerBytes({ version: 1, proc: 0, xid: 999, credit: 4, chunks: {} }, words(999, 1, 0, 0, 0, 0, 0)),
+    );
+    const wr = h.chunks.writes[0][0];
+    peer.send(
+      headerBytes(
+        {
+          version: 1,
+          proc: 0,
+          xid: 11,
+          credit: 4,
+          chunks: { writes: [[{ ...wr, length: wr.length + 4096 }]] },
+        },
+        words(11, 1, 0, 0, 0, 0, 5000),
+      ),
+    );
+    const [o] = await collector.wait(1);
+    t.is(o.error?.code, 'ERR_TRANSPORT_BAD_REPLY');
+    t.is(client.snapshot().counters.droppedMessages, 1);
+    t.is(client.snapshot().registrations.inUse, 0);
+  } finally {
+    client.close();
+    peer.close();
+    await rogue.close();
+  }
+});
