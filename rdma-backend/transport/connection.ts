@@ -1068,7 +1068,9 @@ export class RpcRdmaConnection {
           },
         );
       }
-      if (n === 0 && !this.requester.locateResult) continue;
+      // An empty Write chunk (a failed READ, an empty file) leaves the Payload stream whole: nothing to
+      // re-insert, and the result it was offered for may not even be in the reply.
+      if (n === 0) continue;
       const locate = this.requester.locateResult;
       if (!locate) {
         throw new TransportError(
@@ -1077,7 +1079,16 @@ export class RpcRdmaConnection {
           false,
         );
       }
-      inserts.push({ at: locate.call(this.requester, call, inline, i), data: reg.mr.buffer.subarray(0, n) });
+      const at = locate.call(this.requester, call, inline, i);
+      if (at < 0) {
+        throw new TransportError(
+          'ERR_TRANSPORT_CHUNK_POSITION',
+          'peer wrote Write chunk data for a result the reply does not carry',
+          false,
+          { xid: h.xid, chunk: i, length: n },
+        );
+      }
+      inserts.push({ at, data: reg.mr.buffer.subarray(0, n) });
     }
     inserts.sort((a, b) => a.at - b.at);
     const out = reassemble(inline, inserts);
