@@ -1,0 +1,19 @@
+/**
+ * Every interop scenario run direct to nfs-ganesha (no gateway): proves each scenario — its clients, its
+ * server configuration, its checks — is sound on its own, so a failure through the gateway chain is the
+ * gateway's. Scenarios needing rpcbind take the port-111 lock and run one at a time.
+ */
+import { requireExecutable, testWithPeers } from '../helpers/peers.js';
+import { direct, runScenario } from './harness/scenario.js';
+import { SCENARIOS } from './scenarios.js';
+
+const PEERS = ['ganesha.nfsd', 'rpcbind', 'rpcinfo', 'nfs-ls', 'nfs-cp', 'nfs-cat', 'tshark', 'timeout'];
+const test = testWithPeers(...PEERS);
+
+for (const scenario of SCENARIOS) {
+  test(`direct: (${scenario.id}) ${scenario.title}`, async (t) => {
+    for (const p of PEERS) requireExecutable(p);
+    t.timeout(90_000);
+    await runScenario(t, scenario, direct);
+  });
+}

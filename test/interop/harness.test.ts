@@ -1,0 +1,287 @@
+/**
+ * The interop harness's own behaviour, including its failure paths: process groups really die (with
+ * SIGKILL when the polite signal is ignored), a peer that exits or never gets ready is reported with its
+ * log, the raw NULL ping parses every reply shape and rejects what is not a reply, the generated ganesha
+ * config carries the settings DESIGN §4 requires, libnfs helpers refuse to overwrite, and a capture is
+ * really running before the first connection.
+ */
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import test from 'ava';
+import { requireExecutable, testWithPeers } from '../helpers/peers.js';
+import { startCapture, tsharkFields } from './harness/capture.js';
+import { sha256File, writeRandomFile } from './harness/checksum.js';
+import { type NfsEndpoint, universalAddress } from './harness/endpoint.js';
+import { ganeshaConfig } from './harness/ganesha.js';
+import { launch } from './harness/launcher.js';
+import { nfsCopyOut, nfsUrl, parseNfsLs } from './harness/libnfs.js';
+import { HEURISTICS_FIRST } from './harness/nfs-decode.js';
+import { freePorts } from './harness/ports.js';
+import { liveGroupMembers, ManagedProcess } from './harness/processes.js';
+import {
+  AcceptStat,
+  decodeNullReply,
+  encodeNullCall,
+  NULL_CALL_BYTES,
+  RpcPingError,
+  rpcNullPing,
+} from './harness/rpc-ping.js';
+import { InteropSession, ProcessNotReadyError } from './harness/session.js';
+
+/** Whether any non-zombie member of the group remains, after giving the kernel a moment. */
+async function groupAlive(pgid: number): Promise<boolean> {
+  for (let i = 0; i < 20 && liveGroupMembers(pgid).length > 0; i++) await sleep(25);
+  return liveGroupMembers(pgid).length > 0;
+}
+
+/** A reply record (no record mark) to a NULL call: accepted with `acceptStat`, AUTH_NONE verifier. */
+function replyRecord(xid: number, acceptStat: number, extra: number[] = []): Buffer {
+  const words = [xid, 1, 0, 0, 0, acceptStat, ...extra];
+  const b = Buffer.alloc(words.length * 4);
+  for (let i = 0; i < words.length; i++) b.writeUInt32BE(words[i], i * 4);
+  return b;
+}
+
+/** A loopback RPC server answering every NULL call, splitting each reply in two record fragments. */
+async function fragmentingNullServer(): Promise<{ server: Server; port: number }> {
+  const [port] = await freePorts(1);
+  const server = createServer((socket) => {
+    socket.on('data', (call: Buffer) => {
+      const reply = replyRecord(call.readUInt32BE(4), AcceptStat.SUCCESS);
+      const first = Buffer.alloc(4 + 8);
+      first.writeUInt32BE(8, 0); // not the last fragment
+      reply.copy(first, 4, 0, 8);
+      const last = Buffer.alloc(4 + reply.length - 8);
+      last.writeUInt32BE((0x80000000 | (reply.length - 8)) >>> 0, 0);
+      reply.copy(last, 4, 8);
+      socket.write(first);
+      setTimeout(() => socket.write(last), 5);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
+  return { server, port };
+}
+
+test('the NULL call is the 44 bytes RFC 5531 describes', (t) => {
+  const b = encodeNullCall(0x01020304, 100003, 3);
+  t.is(b.length, NULL_CALL_BYTES);
+  t.is(b.readUInt32BE(0), 0x80000028, 'last fragment, 40 bytes');
+  const words = Array.from({ length: 10 }, (_, i) => b.readUInt32BE(4 + i * 4));
+  t.deepEqual(words, [0x01020304, 0, 2, 100003, 3, 0, 0, 0, 0, 0]);
+});
+
+test('decodeNullReply reads success, PROG_MISMATCH and denial, and rejects what is not the reply', (t) => {
+  t.like(decodeNullReply(replyRecord(7, 0), 7), { replyStat: 0, acceptStat: 0, replyLength: 24 });
+  t.deepEqual(decodeNullReply(replyRecord(7, AcceptStat.PROG_MISMATCH, [3, 4]), 7).mismatch, {
+    low: 3,
+    high: 4,
+  });
+  const denied = Buffer.alloc(20);
+  // MSG_DENIED, AUTH_ERROR, AUTH_REJECTEDCRED
+  for (const [i, w] of [7, 1, 1, 1, 2].entries()) denied.writeUInt32BE(w, i * 4);
+  t.like(decodeNullReply(denied, 7), { replyStat: 1, acceptStat: undefined });
+  t.throws(() => decodeNullReply(replyRecord(8, 0), 7), {
+    instanceOf: RpcPingError,
+    message: /xid mismatch/,
+  });
+  t.throws(() => decodeNullReply(replyRecord(7, 2), 7), { instanceOf: RpcPingError, message: /truncated/ });
+  const call = Buffer.from(replyRecord(7, 0));
+  call.writeUInt32BE(0, 4);
+  t.throws(() => decodeNullReply(call, 7), { message: /not a REPLY/ });
+});
+
+test('rpcNullPing reassembles fragmented replies and rejects a closed port', async (t) => {
+  const { server, port } = await fragmentingNullServer();
+  t.teardown(() => server.close());
+  t.like(await rpcNullPing('127.0.0.1', port, 100003, 4), { replyStat: 0, acceptStat: 0 });
+  const [closed] = await freePorts(1);
+  await t.throwsAsync(rpcNullPing('127.0.0.1', closed, 100003, 4), { instanceOf: RpcPingError });
+});
+
+test('rpcNullPing rejects a server that closes without replying, and one that stays silent', async (t) => {
+  const [port] = await freePorts(1);
+  const server = createServer((s) => s.once('data', () => s.destroy()));
+  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
+  const [silentPort] = await freePorts(1);
+  const silent = createServer(() => undefined);
+  await new Promise<void>((resolve) => silent.listen(silentPort, '127.0.0.1', resolve));
+  t.teardown(() => {
+    server.close();
+    silent.close();
+  });
+  await t.throwsAsync(rpcNullPing('127.0.0.1', port, 100003, 4), { message: /closed before the NULL reply/ });
+  await t.throwsAsync(rpcNullPing('127.0.0.1', silentPort, 100003, 4, 200), { message: /no NULL reply/ });
+});
+
+test('stop() kills the whole process group', async (t) => {
+  const dir = InteropSession.open(t);
+  const proc = await ManagedProcess.start({
+    name: 'group',
+    command: 'sh',
+    args: ['-c', 'sleep 30 & sleep 30 & wait'],
+    logPath: dir.path('group.log'),
+  });
+  await sleep(100);
+  t.is(liveGroupMembers(proc.pid).length, 3, 'sh and its two sleeps');
+  const exit = await proc.stop();
+  t.is(exit.signal, 'SIGTERM');
+  t.false(await groupAlive(proc.pid), 'the background sleeps died with their group');
+});
+
+test('stop() escalates to SIGKILL when the stop signal is ignored', async (t) => {
+  const dir = InteropSession.open(t);
+  const proc = await ManagedProcess.start({
+    name: 'stubborn',
+    command: 'sh',
+    args: ['-c', 'trap "" TERM; while :; do sleep 0.05; done'],
+    logPath: dir.path('stubborn.log'),
+    stopGraceMs: 300,
+  });
+  await sleep(100);
+  const started = Date.now();
+  const exit = await proc.stop();
+  t.is(exit.signal, 'SIGKILL');
+  t.true(Date.now() - started >= 250, 'waited for the grace period first');
+  t.false(await groupAlive(proc.pid));
+});
+
+test('a process that exits before it is ready is reported with its log', async (t) => {
+  const session = InteropSession.open(t);
+  const err = await t.throwsAsync(
+    session.start({
+      name: 'crasher',
+      command: 'sh',
+      args: ['-c', 'echo "bind: Address already in use" >&2; exit 3'],
+      ready: async () => false,
+    }),
+    { instanceOf: ProcessNotReadyError },
+  );
+  t.regex(err!.message, /exited before it was ready \(code 3/);
+  t.regex(err!.message, /Address already in use/, 'the log tail is in the error');
+});
+
+test('a process never ready is reported in time (its teardown stops it)', async (t) => {
+  const session = InteropSession.open(t);
+  const err = await t.throwsAsync(
+    session.start({
+      name: 'idler',
+      command: 'sleep',
+      args: ['30'],
+      ready: async () => false,
+      readyTimeoutMs: 300,
+    }),
+    { instanceOf: ProcessNotReadyError },
+  );
+  t.regex(err!.message, /not ready after 300 ms/);
+  const proc = (err as ProcessNotReadyError).process;
+  t.true(proc.running, 'still running: the teardown session.start registered stops it');
+});
+
+test('launch() waits for the readiness port', async (t) => {
+  const session = InteropSession.open(t);
+  const [port] = await freePorts(1);
+  const script = `setTimeout(()=>require('net').createServer().listen(${port},'127.0.0.1'),200)`;
+  const proc = await launch(session, {
+    name: 'late-listener',
+    command: process.execPath,
+    args: ['-e', script],
+    readyPort: port,
+  });
+  t.true(proc.running);
+});
+
+test('the ganesha config carries the settings DESIGN §4 requires', (t) => {
+  const base = {
+    nfsPort: 20001,
+    exportDir: '/tmp/x/export',
+    pseudoPath: '/export',
+    recoveryRoot: '/tmp/x/rec',
+    fsal: { name: 'VFS' as const },
+  };
+  const v3 = ganeshaConfig({ ...base, mountPort: 20002, protocols: [3, 4] });
+  for (const line of [
+    'Bind_addr = 127.0.0.1;',
+    'NFS_Port = 20001;',
+    'MNT_Port = 20002;',
+    'Mount_Path_Pseudo = true;',
+    'Enable_UDP = false;',
+    'Enable_NLM = false;',
+    'Enable_RQUOTA = false;',
+    'Graceless = true;',
+    'Only_Numeric_Owners = true;',
+    'RecoveryRoot = /tmp/x/rec;',
+    'Attr_Expiration_Time = 0;',
+    'Path = /tmp/x/export;',
+    'Pseudo = /export;',
+    'FSAL { Name = VFS; }',
+  ]) {
+    t.true(v3.includes(line), line);
+  }
+  const v4 = ganeshaConfig({ ...base, protocols: [4] });
+  t.false(v4.includes('MNT_Port'), 'NFSv4-only: no MOUNT, no rpcbind needed');
+  t.regex(v4, /Protocols = 4;/);
+  t.throws(() => ganeshaConfig({ ...base, protocols: [3] }), { message: /MOUNT port/ });
+  const upstream: NfsEndpoint = {
+    host: '127.0.0.1',
+    nfsPort: 20100,
+    mountPort: undefined,
+    exportPath: '/export',
+  };
+  const proxy = ganeshaConfig({ ...base, protocols: [4], fsal: { name: 'PROXY_V4', upstream } });
+  t.regex(proxy, /Name = PROXY_V4;\s+Srv_Addr = 127\.0\.0\.1;\s+NFS_Port = 20100;/);
+  t.regex(proxy, /Path = \/export;/, 'the proxy exports the upstream pseudo path');
+});
+
+test('URLs give both ports for NFSv3 (no portmapper) and version=4 for NFSv4', (t) => {
+  const e: NfsEndpoint = { host: '127.0.0.1', nfsPort: 20001, mountPort: 20002, exportPath: '/export' };
+  t.is(nfsUrl(e, 'f', 3), 'nfs://127.0.0.1/export/f?nfsport=20001&mountport=20002');
+  t.is(nfsUrl(e, '', 4), 'nfs://127.0.0.1/export?version=4&nfsport=20001');
+  t.throws(() => nfsUrl({ ...e, mountPort: undefined }, 'f', 3), { message: /MOUNT/ });
+  t.is(universalAddress('127.0.0.1', 32049), '127.0.0.1.125.49');
+});
+
+test('nfs-ls output parses; libnfs and data helpers never overwrite', async (t) => {
+  const ls = parseNfsLs(
+    '-rw-rw----  1     0     0         4095 a4095\ndrwxr-xr-x  2  1000  1000 4096 sub dir\n',
+  );
+  t.deepEqual(ls, [
+    { mode: '-rw-rw----', uid: 0, gid: 0, size: 4095, name: 'a4095' },
+    { mode: 'drwxr-xr-x', uid: 1000, gid: 1000, size: 4096, name: 'sub dir' },
+  ]);
+  const session = InteropSession.open(t);
+  const path = session.path('data');
+  const sha = writeRandomFile(path, 100_003);
+  t.is(await sha256File(path), sha);
+  t.throws(() => writeRandomFile(path, 1), { message: /exists/ });
+  writeFileSync(session.path('taken'), 'keep');
+  const e: NfsEndpoint = { host: '127.0.0.1', nfsPort: 1, mountPort: 2, exportPath: '/export' };
+  await t.throwsAsync(nfsCopyOut(e, 'x', session.path('taken'), 3), { message: /does not overwrite/ });
+  t.is(readFileSync(session.path('taken'), 'utf8'), 'keep');
+  const fresh = new Set(Array.from({ length: 50 }, () => session.freshName('n')));
+  t.is(fresh.size, 50);
+});
+
+testWithPeers('tshark')(
+  'a capture is running before the first connection and decodes RPC on any port',
+  async (t) => {
+    requireExecutable('tshark');
+    const session = InteropSession.open(t);
+    const { server, port } = await fragmentingNullServer();
+    t.teardown(() => server.close());
+    const capture = await startCapture(session, 'self-test', [port]);
+    const ping = await rpcNullPing('127.0.0.1', port, 100003, 3);
+    await capture.stop();
+    t.true(existsSync(capture.path));
+    const rows = await tsharkFields(capture.path, 'rpc.xid', ['rpc.xid', 'rpc.msgtyp'], HEURISTICS_FIRST);
+    const xid = `0x${ping.xid.toString(16).padStart(8, '0')}`;
+    t.deepEqual(
+      rows,
+      [
+        [[xid], ['0']],
+        [[xid], ['1']],
+      ],
+      'the call and its two-fragment reply, first packet included',
+    );
+  },
+);

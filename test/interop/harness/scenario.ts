@@ -1,0 +1,79 @@
+/**
+ * The scenario table's machinery. A scenario is written once against an NfsEndpoint and runs against any
+ * target: `direct` (the endpoint is ganesha itself) now, and the gateway chain (client → gateway → RDMA →
+ * responder → ganesha) once the gateway exists — a target only has to put something in front of the
+ * backend ganesha and say which TCP ports are worth capturing.
+ */
+import type { ExecutionContext } from 'ava';
+import { type Capture, startCapture } from './capture.js';
+import type { NfsEndpoint } from './endpoint.js';
+import { type GaneshaInstance, type NfsVersion, startGanesha } from './ganesha.js';
+import { RPCBIND_PORT, useRpcbind, withoutRpcbind } from './rpcbind.js';
+import { InteropSession } from './session.js';
+
+export interface TargetLink {
+  endpoint: NfsEndpoint;
+  /** TCP ports whose traffic a capturing scenario records (direct: the endpoint's; chain: the RDMA link). */
+  capturePorts: number[];
+}
+
+export interface Target {
+  /** `direct`, `gateway-v1`, `gateway-v2`... shown in test titles and docs/interop.md's matrix. */
+  name: string;
+  build(session: InteropSession, backend: GaneshaInstance): Promise<TargetLink>;
+}
+
+/** Clients talk straight to ganesha: proves each scenario is sound without the product. */
+export const direct: Target = {
+  name: 'direct',
+  async build(_session, backend) {
+    const e = backend.endpoint;
+    return { endpoint: e, capturePorts: e.mountPort === undefined ? [e.nfsPort] : [e.nfsPort, e.mountPort] };
+  },
+};
+
+export interface ScenarioContext {
+  t: ExecutionContext;
+  session: InteropSession;
+  target: Target;
+  /** What the clients use. */
+  endpoint: NfsEndpoint;
+  /** The real server (its export directory can be seeded and checked directly). */
+  backend: GaneshaInstance;
+  /** Present when the scenario asked for one; started before any client connection. */
+  capture: Capture | undefined;
+  /** For scenarios run without rpcbind: false when a foreign rpcbind was found on port 111. */
+  port111Silent: boolean | undefined;
+}
+
+export interface Scenario {
+  /** Issue 10's scenario number and a slug: `1-nfsv3-files`. */
+  id: string;
+  title: string;
+  /** NFS versions the backend ganesha serves; 3 needs rpcbind. */
+  backendProtocols: readonly NfsVersion[];
+  /** `running`: rpcbind on port 111 (lock held); `absent`: lock held and none started. */
+  rpcbind: 'running' | 'absent' | 'unused';
+  /** Capture the target's ports (plus port 111 when rpcbind is involved) from before the first client. */
+  capture?: boolean;
+  run(ctx: ScenarioContext): Promise<void>;
+}
+
+/** Sets up rpcbind, the backend ganesha, the target and the capture, then runs the scenario. */
+export async function runScenario(t: ExecutionContext, scenario: Scenario, target: Target): Promise<void> {
+  const session = InteropSession.open(t);
+  let port111Silent: boolean | undefined;
+  if (scenario.rpcbind === 'running') await useRpcbind(session);
+  else if (scenario.rpcbind === 'absent') port111Silent = await withoutRpcbind(session);
+  const backend = await startGanesha(session, {
+    protocols: scenario.backendProtocols,
+    name: 'ganesha-backend',
+  });
+  const link = await target.build(session, backend);
+  let capture: Capture | undefined;
+  if (scenario.capture) {
+    const ports = scenario.rpcbind === 'unused' ? link.capturePorts : [...link.capturePorts, RPCBIND_PORT];
+    capture = await startCapture(session, `${target.name}-${scenario.id}`, ports);
+  }
+  await scenario.run({ t, session, target, endpoint: link.endpoint, backend, capture, port111Silent });
+}
