@@ -3,9 +3,8 @@
  * The `rpcrdma-gateway` command.
  *
  * Subcommands live in `COMMANDS`; each is a function of `CommandContext` resolving with the exit code.
- * `start`, `responder`, `demo` and `status` are declared but not available yet: they need the
- * RPC-over-RDMA transport (and, for `status`, the admin API) and arrive with them — they say so plainly
- * instead of pretending. To add one, implement it in `commands/` and replace its `unavailable` entry.
+ * `status` is declared but not available yet: it needs the admin API and arrives with it — it says so
+ * plainly instead of pretending. To add one, implement it in `commands/` and replace its `unavailable` entry.
  */
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -14,7 +13,9 @@ import { GatewayError } from '../common/errors.js';
 import { type ParsedArgs, parseArgs, takeFlag } from './cli-args.js';
 import type { Command, CommandContext } from './commands/context.js';
 import { ping } from './commands/ping.js';
+import { responder } from './commands/responder.js';
 import { DEFAULT_TEST_PROGRAM_LISTEN, serveTestProgramCommand } from './commands/serve-test-program.js';
+import { demo, start } from './commands/start.js';
 import {
   CONFIG_SCHEMA,
   defaultText,
@@ -37,7 +38,7 @@ function unavailable(name: string, needs: string): Command {
   return async (ctx) => {
     ctx.stderr.write(
       `rpcrdma-gateway: '${name}' is not available in this build yet: it needs ${needs}, which has not landed.\n` +
-        `What works today: serve-test-program, ping, --print-config (see 'rpcrdma-gateway help').\n`,
+        `What works today: start, responder, demo, serve-test-program, ping (see 'rpcrdma-gateway help').\n`,
     );
     return 3;
   };
@@ -46,15 +47,15 @@ function unavailable(name: string, needs: string): Command {
 const COMMANDS: Record<string, CommandEntry> = {
   start: {
     summary: 'run the gateway (TCP frontend -> RDMA pool); with no configuration, the embedded chain',
-    run: unavailable('start', 'the RPC-over-RDMA transport (rdma-backend/transport)'),
+    run: start,
   },
   responder: {
     summary: 'accept RPC-over-RDMA connections and forward them to a TCP RPC server (--upstream)',
-    run: unavailable('responder', 'the RPC-over-RDMA transport (rdma-backend/transport)'),
+    run: responder,
   },
   demo: {
     summary: 'the embedded chain in front of a local NFS server (--upstream 127.0.0.1:2050)',
-    run: unavailable('demo', 'the RPC-over-RDMA transport (rdma-backend/transport)'),
+    run: demo,
   },
   status: {
     summary: "query a running gateway's admin API",

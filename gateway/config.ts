@@ -46,6 +46,7 @@ export interface GatewayConfig {
     credits: number;
     inlineSend: number;
     inlineReceive: number;
+    holdTimeMs: number;
   };
   responder: { listen: HostPort };
   admin: { listen: HostPort | 'off'; token: string };
@@ -56,7 +57,7 @@ export interface GatewayConfig {
 type Kind =
   | { type: 'int'; min: number; max: number; multipleOf?: number }
   | { type: 'size'; min: number; max: number; multipleOf?: number }
-  | { type: 'enum'; values: readonly (string | number)[] }
+  | { type: 'enum'; values: readonly (string | number | boolean)[] }
   | { type: 'string' }
   | { type: 'hostport'; defaultPort?: number; allowOff?: boolean }
   | { type: 'hostports'; defaultPort: number }
@@ -165,6 +166,12 @@ export const CONFIG_SCHEMA: readonly KeyDef[] = [
     kind: { type: 'size', min: 1024, max: 262144, multipleOf: 1024 },
     default: 4096,
     doc: 'Receive buffer size offered to the peer, bytes: a multiple of 1 KiB in 1..256 KiB.',
+  },
+  {
+    key: 'rdma.holdTimeMs',
+    kind: { type: 'int', min: 100, max: 0x7fff_ffff },
+    default: 30_000,
+    doc: 'How long a call may wait for an RDMA connection (all lost, reconnecting) before its client is disconnected so that it retransmits; the gateway never answers for the server.',
   },
   {
     key: 'responder.listen',

@@ -11,10 +11,4 @@ export {
 export { DEFAULT_MAX_TEST_DATA, TEST_PROC_NAMES, TEST_PROGRAM, TEST_VERSION, TestProc } from './constants.js';
 export { fillPattern, findPatternMismatch, patternWord, sourcePattern } from './pattern.js';
 export { serveTestProgram, TestProgramHandler, type TestProgramServer } from './server.js';
-export {
-  type CallDdpItem,
-  createTestProgramUlb,
-  type ReplyDdpItem,
-  testProgramUlb,
-  type UpperLayerBinding,
-} from './ulb.js';
+export { createTestProgramUlb, testProgramUlb } from './ulb.js';

@@ -10,6 +10,7 @@ import {
   TestProgramClient,
   testProgramUlb,
 } from '../../gateway/test-program/index.js';
+import { UlbCallPlan, UlbOutcome } from '../../gateway/ulb/types.js';
 import { AcceptStat, AuthFlavor, AuthStat, RejectStat, ReplyStat } from '../../rpc/constants.js';
 import { encodeCallHeader, RpcCallHeader } from '../../rpc/message.js';
 import { XdrWriter } from '../../rpc/xdr.js';
@@ -139,28 +140,51 @@ function decodedCall(proc: number, args: Buffer[]): RpcCallHeader {
 
 test('the ULB names SINK data and SOURCE results as DDP-eligible, and bounds reply sizes', (t) => {
   const data = Buffer.alloc(13, 7);
+  const plan = new UlbCallPlan();
+  const plan1 = (call: RpcCallHeader) => {
+    plan.reset(call);
+    testProgramUlb.planCall(call, plan);
+    return plan;
+  };
   const sink = decodedCall(TestProc.SINK, encodeOpaqueParts(data));
-  const item = { offset: 0, length: 0 };
-  t.true(testProgramUlb.callDdpItem(sink, item));
-  t.is(item.length, 13);
-  t.is(item.offset, sink.bodyOffset + 4);
-  t.true(sink.buf.subarray(item.offset, item.offset + item.length).equals(data));
-  t.is(testProgramUlb.maxReplyResultsSize(sink), 4);
+  plan1(sink);
+  t.is(plan.outcome, UlbOutcome.COMPLETE);
+  t.is(plan.args.length, 1);
+  t.is(plan.args[0].length, 13);
+  t.is(plan.args[0].offset, sink.bodyOffset + 4);
+  t.true(sink.buf.subarray(plan.args[0].offset, plan.args[0].offset + 13).equals(data));
+  t.deepEqual(plan.results, []);
+  t.is(plan.maxReplySize, 24 + 4);
 
   const echo = decodedCall(TestProc.ECHO, encodeOpaqueParts(data));
-  t.false(testProgramUlb.callDdpItem(echo, item), 'ECHO data is not DDP-eligible');
-  t.false(testProgramUlb.replyDdpItem(echo, { resultOffset: 0, maxLength: 0 }));
-  t.is(testProgramUlb.maxReplyResultsSize(echo), 4 + 16);
+  plan1(echo);
+  t.is(plan.args.length, 0, 'ECHO data is not DDP-eligible');
+  t.is(plan.results.length, 0);
+  t.is(plan.maxReplySize, 24 + 4 + 16);
 
   const source = decodedCall(TestProc.SOURCE, [encodeSourceArgs(5000, 9)]);
-  const reply = { resultOffset: 0, maxLength: 0 };
-  t.true(testProgramUlb.replyDdpItem(source, reply));
-  t.deepEqual(reply, { resultOffset: 4, maxLength: 5000 });
-  t.is(testProgramUlb.maxReplyResultsSize(source), 4 + 5000);
-  t.is(testProgramUlb.maxReplyResultsSize(decodedCall(TestProc.NULL, [])), 0);
+  plan1(source);
+  t.deepEqual(plan.results, [5000]);
+  t.is(plan.maxReplySize, 24 + 4 + 5000);
+  // The result's data starts after the accepted-reply header (24 bytes here) and its length word.
+  const reply = Buffer.alloc(28);
+  reply.writeUInt32BE(1, 0);
+  reply.writeUInt32BE(1, 4);
+  reply.writeUInt32BE(5000, 24);
+  t.is(plan.locateResult(reply, 0), 28);
+  t.is(plan.locateResult(reply, 1), -1);
+  const denied = Buffer.alloc(24);
+  denied.writeUInt32BE(1, 4);
+  denied.writeUInt32BE(1, 8);
+  t.is(plan.locateResult(denied, 0), -1, 'a denied reply carries no result');
 
-  // A SINK whose opaque overruns the message has no item (the server answers GARBAGE_ARGS).
+  plan1(decodedCall(TestProc.NULL, []));
+  t.is(plan.maxReplySize, 24);
+
+  // A SINK whose opaque overruns the message is not understood (the server answers GARBAGE_ARGS).
   const bad = Buffer.alloc(4);
   bad.writeUInt32BE(100, 0);
-  t.false(testProgramUlb.callDdpItem(decodedCall(TestProc.SINK, [bad]), item));
+  plan1(decodedCall(TestProc.SINK, [bad]));
+  t.is(plan.outcome, UlbOutcome.UNKNOWN);
+  t.is(plan.args.length, 0);
 });

@@ -1,0 +1,55 @@
+/**
+ * `rpcrdma-gateway responder`: the responder role on its own — accept RPC-over-RDMA connections on
+ * `responder.listen` and forward each over its own TCP connection to `upstream` (`embedded`: the built-in
+ * test program, served in this process). SIGTERM / SIGINT close the listener and the connections (the
+ * requesters retransmit elsewhere), wait for the upstream connections to end, then exit 0.
+ */
+import { selectProvider } from '../../rdma-backend/providers/select.js';
+import { formatHostPort } from '../../tcp-frontend/address.js';
+import { loadConfig } from '../config.js';
+import { defaultRegistry, transportOptions } from '../gateway.js';
+import { componentLogger, createLogger } from '../logging.js';
+import { Responder } from '../responder.js';
+import { serveTestProgram, type TestProgramServer } from '../test-program/server.js';
+import type { CommandContext } from './context.js';
+import { waitForStopSignal } from './signals.js';
+
+export async function responder(ctx: CommandContext): Promise<number> {
+  const { config } = loadConfig({ env: ctx.env, flags: ctx.args.flags });
+  const root = createLogger({ level: config.log.level, format: config.log.format });
+  const log = componentLogger(root, 'responder');
+  const { provider, reason } = selectProvider(config.rdma.provider);
+  const transport = transportOptions(config);
+  let testProgram: TestProgramServer | null = null;
+  let upstream = config.upstream;
+  if (upstream === 'embedded') {
+    testProgram = await serveTestProgram({
+      host: '127.0.0.1',
+      port: 0,
+      logger: log.child({ component: 'test-program' }),
+    });
+    upstream = { host: '127.0.0.1', port: testProgram.addresses[0].port };
+  }
+  const device = await provider.openDevice();
+  const r = new Responder({
+    device,
+    host: config.responder.listen.host,
+    port: config.responder.listen.port,
+    upstream,
+    registry: defaultRegistry(),
+    transport,
+    maxRecordSize: transport.maxChunkSize,
+    logger: log,
+  });
+  const bound = await r.listen();
+  ctx.stdout.write(
+    `rpcrdma-gateway responder: accepting RPC-over-RDMA on ${formatHostPort(bound.host, bound.port)} (${reason}), ` +
+      `forwarding to ${testProgram ? 'the built-in test program at ' : ''}${formatHostPort(upstream.host, upstream.port)}\n`,
+  );
+  const signal = await waitForStopSignal();
+  log.info({ signal }, 'stop requested');
+  await r.close(config.shutdown.drainTimeoutMs);
+  await testProgram?.close({ drainTimeoutMs: config.shutdown.drainTimeoutMs });
+  log.info({ stats: r.stats }, 'stopped');
+  return 0;
+}

@@ -1,0 +1,185 @@
+/**
+ * The composition root (DESIGN §1, §2): builds the chain from a configuration and owns its lifecycle.
+ *
+ *   TCP clients → FrontendServer (tcp-frontend/) → Router (gateway/router.ts)
+ *     → ConnectionPool of RpcRdmaConnection (rdma-backend/transport/) → verbs provider → RDMA peer
+ *
+ * With `rdma.peer: embedded` the peer is the responder role in this process (`embedded.ts`), forwarding to
+ * `upstream` (the built-in test program by default). Start order: peer, pool, then the listener, so the
+ * first call finds a connection; stop order is the reverse, after a drain: the frontend stops accepting
+ * and lets every call in flight finish (or the drain timeout pass) before the RDMA side goes away.
+ */
+import type { Logger } from 'pino';
+import { selectProvider } from '../rdma-backend/providers/select.js';
+import {
+  type BackoffOptions,
+  ConnectionPool,
+  type PoolSnapshot,
+  type TransportOptions,
+} from '../rdma-backend/transport/index.js';
+import type { Device } from '../rdma-backend/verbs/index.js';
+import type { HostPort } from '../tcp-frontend/address.js';
+import { type BoundAddress, FrontendServer, type FrontendStats } from '../tcp-frontend/server.js';
+import type { GatewayConfig } from './config.js';
+import { closeDeviceSoon, type EmbeddedPeer, startEmbeddedPeer } from './embedded.js';
+import { silentLogger } from './logging.js';
+import { Router, type RouterStats } from './router.js';
+import { testProgramUlb } from './test-program/ulb.js';
+import { createNfsRegistry } from './ulb/index.js';
+import type { UlbRegistry } from './ulb/registry.js';
+
+export interface GatewayOptions {
+  config: GatewayConfig;
+  logger?: Logger;
+  /** Bindings to consult (default: NFSv3, NFSv4.x, MOUNT and the test program). */
+  registry?: UlbRegistry;
+  /** Reconnect back-off of the pool (default: the transport's, 100 ms doubling to 30 s). */
+  backoff?: BackoffOptions;
+  /** Credits the embedded responder grants (default `rdma.credits`): tests shrink it to make credits short. */
+  embeddedGrant?: number;
+}
+
+export interface GatewaySnapshot {
+  frontend: FrontendStats;
+  router: RouterStats;
+  pool: PoolSnapshot;
+  responder: ReturnType<EmbeddedPeer['responder']['connections']> | null;
+}
+
+/** The default registry: every binding the project has. */
+export function defaultRegistry(): UlbRegistry {
+  return createNfsRegistry().register(testProgramUlb);
+}
+
+/** Transport options from the configuration; chunks are sized for the largest record a client may send. */
+export function transportOptions(config: GatewayConfig, credits = config.rdma.credits): TransportOptions {
+  const maxChunkSize = Math.max(4 * 1024 * 1024, config.frontend.maxRecordSize) + 64 * 1024;
+  return {
+    credits,
+    sendSize: config.rdma.inlineSend,
+    recvSize: config.rdma.inlineReceive,
+    maxVersion: config.rdma.protocolVersion,
+    maxChunkSize,
+    defaultReplyChunk: maxChunkSize,
+  };
+}
+
+export class Gateway {
+  constructor(
+    readonly frontend: FrontendServer,
+    readonly router: Router,
+    readonly pool: ConnectionPool,
+    readonly embedded: EmbeddedPeer | null,
+    readonly addresses: BoundAddress[],
+    readonly peer: HostPort,
+    readonly providerReason: string,
+    private readonly device: Device,
+    private readonly log: Logger,
+  ) {}
+
+  snapshot(): GatewaySnapshot {
+    return {
+      frontend: { ...this.frontend.stats },
+      router: this.router.snapshot(),
+      pool: this.pool.snapshot(),
+      responder: this.embedded ? this.embedded.responder.connections() : null,
+    };
+  }
+
+  /**
+   * Graceful stop (SIGTERM): stop accepting, let calls in flight finish for at most `drainTimeoutMs`,
+   * then close the RDMA side and the embedded peer.
+   */
+  async stop(drainTimeoutMs = 30_000): Promise<void> {
+    this.log.info({ drainTimeoutMs, inFlight: this.frontend.stats.callsInFlight }, 'draining');
+    await this.frontend.close({ drainTimeoutMs });
+    this.router.close();
+    this.pool.close();
+    await this.embedded?.close(Math.min(drainTimeoutMs, 5000));
+    closeDeviceSoon(this.device);
+    this.log.info({ router: this.router.snapshot() }, 'stopped');
+  }
+}
+
+export async function startGateway(o: GatewayOptions): Promise<Gateway> {
+  const config = o.config;
+  const log = o.logger ?? silentLogger();
+  const registry = o.registry ?? defaultRegistry();
+  const embeddedPeer = config.rdma.peer === 'embedded';
+  // The embedded chain is the soft provider's job unless the configuration insists on native.
+  const choice = embeddedPeer && config.rdma.provider === 'auto' ? 'soft' : config.rdma.provider;
+  const selected = selectProvider(choice);
+  const provider = selected.provider;
+  const reason =
+    choice !== config.rdma.provider ? 'soft provider: the embedded chain runs in userspace' : selected.reason;
+  log.info({ provider: provider.name, reason }, 'verbs provider selected');
+  const transport = transportOptions(config);
+
+  let embedded: EmbeddedPeer | null = null;
+  let peer: HostPort;
+  if (embeddedPeer) {
+    embedded = await startEmbeddedPeer({
+      provider,
+      upstream: config.upstream,
+      registry,
+      transport: transportOptions(config, o.embeddedGrant ?? config.rdma.credits),
+      maxRecordSize: Math.max(config.frontend.maxRecordSize, transport.maxChunkSize ?? 0),
+      logger: log,
+    });
+    peer = { host: embedded.host, port: embedded.port };
+  } else {
+    peer = config.rdma.peer as HostPort;
+  }
+
+  const device = await provider.openDevice();
+  const router = new Router({
+    registry,
+    holdTimeMs: config.rdma.holdTimeMs,
+    logger: log.child({ component: 'router' }),
+  });
+  const pool = new ConnectionPool({
+    device,
+    host: peer.host,
+    port: peer.port,
+    size: config.rdma.poolSize,
+    options: transport,
+    requester: router,
+    backoff: o.backoff,
+  });
+  const frontend = new FrontendServer({
+    listen: config.frontend.listen,
+    handler: router,
+    limits: {
+      maxConnections: config.frontend.maxConnections,
+      maxRecordSize: config.frontend.maxRecordSize,
+      maxCallsInFlight: config.frontend.maxCallsInFlight,
+      idleTimeoutMs: config.frontend.idleTimeoutMs,
+    },
+    logger: log.child({ component: 'frontend' }),
+  });
+  try {
+    await pool.start();
+    router.attach(pool);
+    const ready = await waitForReady(pool, 3000);
+    if (ready === 0) log.warn({ peer }, 'no RDMA connection yet; calls are held while the pool reconnects');
+    const addresses = await frontend.listen();
+    return new Gateway(frontend, router, pool, embedded, addresses, peer, reason, device, log);
+  } catch (err) {
+    router.close();
+    pool.close();
+    await embedded?.close();
+    closeDeviceSoon(device);
+    throw err;
+  }
+}
+
+/** Waits (bounded) until every pool connection finished negotiating; returns how many are ready. */
+async function waitForReady(pool: ConnectionPool, timeoutMs: number): Promise<number> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const s = pool.snapshot();
+    if (s.ready === s.size || Date.now() >= until) return s.ready;
+    if (s.slots.every((slot) => slot.state === 'backoff' || slot.state === 'ready')) return s.ready;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}

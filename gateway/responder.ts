@@ -1,0 +1,123 @@
+/**
+ * The responder role (`rpcrdma-gateway responder`, DESIGN §1): accepts RPC-over-RDMA connections on a
+ * verbs device and forwards each one to a TCP RPC server over its own TCP connection
+ * (`responder/upstream-link.ts`). The transport does the RDMA side (Read chunks pulled with RDMA Read,
+ * Write / Reply chunks, responder-provided Read chunks, Send With Invalidate); this module wires it to TCP.
+ */
+import type { Logger } from 'pino';
+import { pino } from 'pino';
+import type { ConnectionSnapshot } from '../rdma-backend/transport/index.js';
+import { RpcRdmaConnection, type TransportOptions } from '../rdma-backend/transport/index.js';
+import type { Device, Listener } from '../rdma-backend/verbs/index.js';
+import { DEFAULT_MAX_RECORD_SIZE } from '../tcp-frontend/record-marking.js';
+import { createResponderStats, type ResponderStats, UpstreamLink } from './responder/upstream-link.js';
+import type { UlbRegistry } from './ulb/registry.js';
+
+export type { ResponderStats } from './responder/upstream-link.js';
+
+export interface ResponderOptions {
+  device: Device;
+  /** Where to accept RPC-over-RDMA connections (port 0: any free port). */
+  host: string;
+  port: number;
+  /** The TCP RPC server calls are forwarded to. */
+  upstream: { host: string; port: number };
+  registry: UlbRegistry;
+  transport?: TransportOptions;
+  /** Largest reply accepted from the upstream. Default: the frontend's default record limit. */
+  maxRecordSize?: number;
+  /** After an RDMA connection ends, how long replies still due may take before the upstream is cut. */
+  lingerMs?: number;
+  logger?: Logger;
+}
+
+export class Responder {
+  readonly stats: ResponderStats = createResponderStats();
+  readonly links = new Set<UpstreamLink>();
+  private listener: Listener | null = null;
+  private readonly log: Logger;
+  private readonly goneWaiters: (() => void)[] = [];
+  private closing = false;
+
+  constructor(private readonly o: ResponderOptions) {
+    this.log = o.logger ?? pino({ level: 'silent' });
+  }
+
+  /** Starts accepting; resolves with the bound address. */
+  async listen(): Promise<{ host: string; port: number }> {
+    this.listener = await this.o.device.listen({
+      host: this.o.host,
+      port: this.o.port,
+      onConnectRequest: (request) => {
+        if (this.closing) {
+          request.reject();
+          return;
+        }
+        const link = new UpstreamLink({
+          upstream: this.o.upstream,
+          registry: this.o.registry,
+          stats: this.stats,
+          log: this.log.child({ rdmaPeer: `${request.remoteAddress}:${request.remotePort}` }),
+          maxRecordSize: this.o.maxRecordSize ?? DEFAULT_MAX_RECORD_SIZE,
+          lingerMs: this.o.lingerMs ?? 30_000,
+          onGone: (l) => this.onGone(l),
+        });
+        this.links.add(link);
+        this.stats.connections++;
+        this.stats.links = this.links.size;
+        link.conn = RpcRdmaConnection.accept({
+          device: this.o.device,
+          request,
+          options: this.o.transport,
+          responder: link,
+          requester: link,
+          onClose: (_conn, reason) => link.onRdmaClosed(reason),
+        });
+      },
+    });
+    const bound = { host: this.listener.host, port: this.listener.port };
+    this.log.info({ listen: bound, upstream: this.o.upstream }, 'responder listening');
+    return bound;
+  }
+
+  private onGone(link: UpstreamLink): void {
+    this.links.delete(link);
+    this.stats.links = this.links.size;
+    if (this.links.size === 0) for (const w of this.goneWaiters.splice(0)) w();
+  }
+
+  /** The accepted connections' transport snapshots (counters prove which chunks were used). */
+  connections(): ConnectionSnapshot[] {
+    const out: ConnectionSnapshot[] = [];
+    for (const l of this.links) if (l.conn && l.conn.state !== 'closed') out.push(l.conn.snapshot());
+    return out;
+  }
+
+  /** The live RDMA connections (tests kill them to exercise failure handling). */
+  rdmaConnections(): RpcRdmaConnection[] {
+    const out: RpcRdmaConnection[] = [];
+    for (const l of this.links) if (l.conn && l.conn.state !== 'closed') out.push(l.conn);
+    return out;
+  }
+
+  /** Stops accepting, closes every connection and waits (bounded) for the upstream sides to end. */
+  async close(timeoutMs = 5000): Promise<void> {
+    this.closing = true;
+    await this.listener?.close();
+    this.listener = null;
+    if (this.links.size === 0) return;
+    const gone = new Promise<void>((resolve) => this.goneWaiters.push(resolve));
+    for (const l of this.links) l.close();
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      gone,
+      new Promise<void>((resolve) => {
+        timer = setTimeout(() => {
+          for (const l of this.links) l.socket.destroy();
+          resolve();
+        }, timeoutMs);
+      }),
+    ]);
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,308 @@
+/**
+ * One accepted RPC-over-RDMA connection and its one upstream TCP connection (DESIGN §1, responder role):
+ * one TCP connection per RDMA connection, so that what the server ties to a connection (NFSv4.1
+ * connection binding, the backchannel) keeps its meaning.
+ *
+ * - Forward: each inbound call (Read-chunk data already re-inserted by the transport) is written to the
+ *   upstream as one record; the upstream's reply is matched by XID and sent back with its DDP-eligible
+ *   results (found by the ULB) moved to the Write chunks the requester offered.
+ * - Backward: a CALL record from the upstream (a callback on the same TCP connection) becomes a backward
+ *   call on the RDMA connection (RFC 8167); its reply is written back to the upstream.
+ * - The upstream is never half-closed while it owes replies: when the RDMA side ends, the link waits for
+ *   the outstanding replies (dropping them: nobody can receive them) before it ends the TCP connection.
+ * - When the upstream goes away, the RDMA connection is closed so that the requester retransmits on a new
+ *   one; no reply is invented (DESIGN §3).
+ */
+import { connect, type Socket } from 'node:net';
+import type { Logger } from 'pino';
+import { RDMA2_ERR_SYSTEM } from '../../rdma-backend/protocol/index.js';
+import type {
+  DdpItem,
+  InboundCall,
+  RequesterHandler,
+  ResponderHandler,
+  RpcRdmaConnection,
+  TransportCall,
+  TransportError,
+} from '../../rdma-backend/transport/index.js';
+import { MsgType } from '../../rpc/constants.js';
+import { RpcCallHeader } from '../../rpc/message.js';
+import { xdrPad } from '../../rpc/xdr.js';
+import { RecordDecoder, recordMark } from '../../tcp-frontend/record-marking.js';
+import type { UlbRegistry } from '../ulb/registry.js';
+import { UlbCallPlan } from '../ulb/types.js';
+
+const NO_ITEMS: readonly DdpItem[] = [];
+
+/** An inbound call waiting for the upstream's reply (pooled per link). */
+class Pending {
+  inbound: InboundCall | null = null;
+  readonly plan = new UlbCallPlan();
+  planned = false;
+}
+
+/** A callback from the upstream, sent as a backward call (rare: allocated per call). */
+class BackwardCall implements TransportCall {
+  readonly ddpArgs: readonly DdpItem[] = NO_ITEMS;
+  readonly ddpResults: readonly number[] = [];
+  readonly maxReplySize = -1;
+  constructor(
+    readonly xid: number,
+    readonly message: Buffer,
+  ) {}
+}
+
+export interface ResponderStats {
+  connections: number;
+  callsForwarded: number;
+  repliesSent: number;
+  /** Replies from the upstream that matched no call (late, or the RDMA connection had gone). */
+  unmatchedReplies: number;
+  /** Calls refused because their XID was already outstanding on the connection. */
+  duplicateXids: number;
+  callbacks: number;
+  callbackReplies: number;
+  callbacksFailed: number;
+  /** Gauges. */
+  links: number;
+  pending: number;
+}
+
+export function createResponderStats(): ResponderStats {
+  return {
+    connections: 0,
+    callsForwarded: 0,
+    repliesSent: 0,
+    unmatchedReplies: 0,
+    duplicateXids: 0,
+    callbacks: 0,
+    callbackReplies: 0,
+    callbacksFailed: 0,
+    links: 0,
+    pending: 0,
+  };
+}
+
+export interface UpstreamLinkOptions {
+  upstream: { host: string; port: number };
+  registry: UlbRegistry;
+  stats: ResponderStats;
+  log: Logger;
+  /** Largest reply record accepted from the upstream. */
+  maxRecordSize: number;
+  /** How long to wait for replies still due after the RDMA side ended before ending the upstream. */
+  lingerMs: number;
+  onGone: (link: UpstreamLink) => void;
+}
+
+export class UpstreamLink implements ResponderHandler, RequesterHandler<BackwardCall> {
+  conn: RpcRdmaConnection | null = null;
+  readonly socket: Socket;
+  private readonly o: UpstreamLinkOptions;
+  private readonly decoder: RecordDecoder;
+  private readonly pending = new Map<number, Pending>();
+  private readonly free: Pending[] = [];
+  private readonly header = new RpcCallHeader();
+  private rdmaClosed = false;
+  private upstreamClosed = false;
+  private lingerTimer: NodeJS.Timeout | null = null;
+  private corked = false;
+
+  constructor(o: UpstreamLinkOptions) {
+    this.o = o;
+    this.decoder = new RecordDecoder((record) => this.onUpstreamRecord(record), {
+      maxRecordSize: o.maxRecordSize,
+    });
+    // Writes before the connection is established are buffered by Node, so calls may arrive at once.
+    this.socket = connect({ host: o.upstream.host, port: o.upstream.port, noDelay: true });
+    this.socket.on('data', (chunk: Buffer) => this.onData(chunk));
+    this.socket.on('error', (err: NodeJS.ErrnoException) =>
+      o.log.warn({ code: err.code, err: err.message }, 'upstream connection error'),
+    );
+    this.socket.on('close', () => this.onUpstreamClosed());
+  }
+
+  get outstanding(): number {
+    return this.pending.size;
+  }
+
+  // ------------------------------------------------------------------------------------------------
+  // RDMA → upstream
+
+  onCall(inbound: InboundCall): void {
+    const conn = this.conn as RpcRdmaConnection;
+    if (this.upstreamClosed) return; // the connection is being closed: the requester retransmits
+    const xid = inbound.xid;
+    if (this.pending.has(xid)) {
+      // A requester may not reuse an XID it has outstanding on this connection (RFC 8166 §4.1).
+      this.o.stats.duplicateXids++;
+      conn.replyError(inbound, { code: RDMA2_ERR_SYSTEM });
+      return;
+    }
+    const p = this.free.pop() ?? new Pending();
+    p.inbound = inbound;
+    p.planned = false;
+    this.pending.set(xid, p);
+    this.o.stats.pending++;
+    this.o.stats.callsForwarded++;
+    const message = inbound.message;
+    this.write(recordMark(message.length));
+    this.write(message);
+  }
+
+  private write(b: Buffer): void {
+    if (!this.corked) {
+      this.corked = true;
+      this.socket.cork();
+      process.nextTick(uncork, this);
+    }
+    this.socket.write(b);
+  }
+
+  /** @internal */
+  flush(): void {
+    if (!this.corked) return;
+    this.corked = false;
+    this.socket.uncork();
+  }
+
+  // ------------------------------------------------------------------------------------------------
+  // upstream → RDMA
+
+  private onData(chunk: Buffer): void {
+    try {
+      this.decoder.push(chunk);
+    } catch (err) {
+      this.o.log.warn({ err: (err as Error).message }, 'upstream sent a broken record stream; closing');
+      this.socket.destroy();
+    }
+  }
+
+  private onUpstreamRecord(record: Buffer): void {
+    if (record.length < 8) return;
+    const msgType = record.readUInt32BE(4);
+    if (msgType === MsgType.REPLY) this.onUpstreamReply(record);
+    else if (msgType === MsgType.CALL) this.onCallback(record);
+  }
+
+  private onUpstreamReply(record: Buffer): void {
+    const xid = record.readUInt32BE(0);
+    const p = this.pending.get(xid);
+    if (p === undefined) {
+      this.o.stats.unmatchedReplies++;
+      return;
+    }
+    this.pending.delete(xid);
+    this.o.stats.pending--;
+    const inbound = p.inbound as InboundCall;
+    p.inbound = null;
+    if (!this.rdmaClosed) {
+      const items = inbound.writeChunks.length > 0 ? this.locateResults(p, inbound, record) : NO_ITEMS;
+      (this.conn as RpcRdmaConnection).reply(inbound, record, items);
+      this.o.stats.repliesSent++;
+    }
+    this.free.push(p);
+    if (this.rdmaClosed && this.pending.size === 0) this.endUpstream();
+  }
+
+  /**
+   * The DDP-eligible results of `reply` (offsets in the full message) for the Write chunks the requester
+   * offered, in order (RFC 8166 §3.5.2). The ULB locates result i in a reply from which results 0..i-1
+   * have been removed; for the first (the usual case: one READ) that is the reply itself, later ones are
+   * located in a reduced copy.
+   */
+  private locateResults(p: Pending, inbound: InboundCall, reply: Buffer): readonly DdpItem[] {
+    const plan = p.plan;
+    try {
+      this.o.registry.planCall(this.header.decode(inbound.message), plan);
+    } catch {
+      return NO_ITEMS; // not a call the ULB can read: the reply goes inline or in the Reply chunk
+    }
+    const n = Math.min(plan.results.length, inbound.writeChunks.length);
+    if (n === 0) return NO_ITEMS;
+    const items: DdpItem[] = [];
+    let reduced = reply;
+    let removed = 0;
+    for (let i = 0; i < n; i++) {
+      const at = plan.locateResult(reduced, i);
+      if (at < 4 || at > reduced.length) break;
+      const length = reduced.readUInt32BE(at - 4);
+      const span = length + xdrPad(length);
+      if (at + span > reduced.length) break;
+      items.push({ offset: at + removed, length });
+      if (i + 1 < n) {
+        reduced = Buffer.concat([reduced.subarray(0, at), reduced.subarray(at + span)]);
+        removed += span;
+      }
+    }
+    return items;
+  }
+
+  /** A call from the upstream to the client (callback): a backward call on the RDMA connection. */
+  private onCallback(record: Buffer): void {
+    if (this.rdmaClosed) return;
+    this.o.stats.callbacks++;
+    (this.conn as RpcRdmaConnection).submit(new BackwardCall(record.readUInt32BE(0), record));
+  }
+
+  onReply(_call: BackwardCall, reply: Buffer): void {
+    this.o.stats.callbackReplies++;
+    if (this.upstreamClosed) return;
+    this.write(recordMark(reply.length));
+    this.write(reply);
+  }
+
+  onFailed(call: BackwardCall, error: TransportError): void {
+    // The upstream's own timeout handles it: answering for the client would invent a reply.
+    this.o.stats.callbacksFailed++;
+    this.o.log.debug({ xid: call.xid, code: error.code }, 'backward call failed');
+  }
+
+  // ------------------------------------------------------------------------------------------------
+  // Lifecycle
+
+  /** The RDMA connection ended: drop what is due, end the upstream once it owes nothing. */
+  onRdmaClosed(reason: string): void {
+    if (this.rdmaClosed) return;
+    this.rdmaClosed = true;
+    this.o.log.debug({ reason, outstanding: this.pending.size }, 'RDMA connection closed');
+    if (this.pending.size === 0) {
+      this.endUpstream();
+      return;
+    }
+    this.lingerTimer = setTimeout(() => this.socket.destroy(), this.o.lingerMs);
+    this.lingerTimer.unref();
+  }
+
+  private endUpstream(): void {
+    if (this.lingerTimer) clearTimeout(this.lingerTimer);
+    this.lingerTimer = null;
+    this.flush();
+    this.socket.end();
+  }
+
+  private onUpstreamClosed(): void {
+    if (this.upstreamClosed) return;
+    this.upstreamClosed = true;
+    if (this.lingerTimer) clearTimeout(this.lingerTimer);
+    this.lingerTimer = null;
+    this.o.stats.pending -= this.pending.size;
+    this.pending.clear();
+    if (!this.rdmaClosed) {
+      this.o.log.warn(
+        'upstream connection closed; closing the RDMA connection so that calls are retransmitted',
+      );
+      this.conn?.close('upstream closed');
+    }
+    this.o.onGone(this);
+  }
+
+  /** Closes both sides (responder shutdown). */
+  close(): void {
+    this.conn?.close('responder closing');
+  }
+}
+
+function uncork(link: UpstreamLink): void {
+  link.flush();
+}

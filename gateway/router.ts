@@ -1,0 +1,440 @@
+/**
+ * The call router (DESIGN §1 step 2 and 4): takes each RPC Call record a TCP client sent, asks the
+ * upper-layer binding which items are DDP-eligible and how large the reply can be, queues it fairly per
+ * client, gives it an XID unique on the RDMA connection it goes to, submits it, and writes the reply back
+ * to the client with the client's own XID.
+ *
+ * - Connection choice: the ready connection of the pool with the fewest calls outstanding that still has
+ *   a credit. Calls wait in their client's queue (never in the transport's), so the scheduler, not the
+ *   transport, decides who gets a credit when they are short.
+ * - Fairness: deficit round robin with a quantum of one call over the clients with waiting calls
+ *   (`ClientRing`); one client with a deep pipeline gets one credit per turn like everyone else.
+ * - XIDs (DESIGN §3): the RDMA side uses gateway XIDs so that the server's duplicate request cache never
+ *   confuses two pooled clients; RPCSEC_GSS calls keep theirs (the verifier covers it) and go to a
+ *   connection where that XID is not in use, or wait.
+ * - Failures: a call whose connection was lost (`retransmit: true`) goes back to the front of its client's
+ *   queue and is sent on another or a new connection. A call that waits longer than `holdTimeMs` for a
+ *   connection closes its client's TCP connection, so the client retransmits by itself; a call the peer
+ *   refused for good (`retransmit: false`) does the same. No RPC reply is ever invented (DESIGN §3).
+ * - A client that went away: its waiting calls are dropped; replies to its calls in flight are consumed
+ *   when they arrive and their records and buffers released. (The transport's `abandon` is not used: it
+ *   reports nothing once the call is over, so the router could not tell when the record and the XID are
+ *   free again.)
+ */
+import type { Logger } from 'pino';
+import { pino } from 'pino';
+import type {
+  ConnectionPool,
+  RequesterHandler,
+  RpcRdmaConnection,
+  TransportError,
+} from '../rdma-backend/transport/index.js';
+import { MsgType } from '../rpc/constants.js';
+import { RpcCallHeader } from '../rpc/message.js';
+import type { CloseReason, FrontendConnection, FrontendHandler } from '../tcp-frontend/server.js';
+import { type CallRecord, CallRecordPool, type ConnectionLink } from './router/call-record.js';
+import { ClientRing, ClientState } from './router/client-state.js';
+import type { UlbRegistry } from './ulb/registry.js';
+import { UlbOutcome } from './ulb/types.js';
+
+const EMPTY = Buffer.alloc(0);
+
+export interface RouterOptions {
+  registry: UlbRegistry;
+  /** How long a call may wait for an RDMA connection before its client is disconnected. Default 30 s. */
+  holdTimeMs?: number;
+  /** How often connections are looked up and held calls checked. Default 50 ms. */
+  tickMs?: number;
+  logger?: Logger;
+}
+
+/** Counters (monotonic) and gauges (current values) of the router, as plain numbers. */
+export interface RouterStats {
+  calls: number;
+  replies: number;
+  /** Replies for clients that had gone away: consumed and released. */
+  orphanedReplies: number;
+  /** Waiting calls dropped because their client went away (never sent). */
+  droppedQueued: number;
+  /** Calls sent again after their connection was lost. */
+  retransmits: number;
+  /** Clients disconnected because a call waited longer than the hold time. */
+  holdExpired: number;
+  /** Clients disconnected because the peer refused one of their calls for good. */
+  refused: number;
+  /** Records that were neither a call nor usable (closed the client). */
+  malformed: number;
+  /** Replies from clients to backchannel calls with nowhere to go yet (NFSv4.1 backchannel routing). */
+  backchannelRepliesDropped: number;
+  /** Calls the ULB did not understand (sent without DDP, reply size unknown). */
+  ulbUnknown: number;
+  ulbPartial: number;
+  /** RPCSEC_GSS calls that had to wait or move because their XID was in use. */
+  gssXidCollisions: number;
+  /** Gauges. */
+  clients: number;
+  queued: number;
+  inFlight: number;
+  recordsInUse: number;
+  recordsCreated: number;
+}
+
+export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
+  readonly stats: RouterStats = {
+    calls: 0,
+    replies: 0,
+    orphanedReplies: 0,
+    droppedQueued: 0,
+    retransmits: 0,
+    holdExpired: 0,
+    refused: 0,
+    malformed: 0,
+    backchannelRepliesDropped: 0,
+    ulbUnknown: 0,
+    ulbPartial: 0,
+    gssXidCollisions: 0,
+    clients: 0,
+    queued: 0,
+    inFlight: 0,
+    recordsInUse: 0,
+    recordsCreated: 0,
+  };
+  readonly holdTimeMs: number;
+  private readonly tickMs: number;
+  private readonly registry: UlbRegistry;
+  private readonly log: Logger;
+  private readonly header = new RpcCallHeader();
+  private readonly records = new CallRecordPool();
+  private readonly ring = new ClientRing();
+  private readonly clients = new Set<ClientState>();
+  private links: ConnectionLink[] = [];
+  private readonly linkOf = new Map<RpcRdmaConnection, ConnectionLink>();
+  private pool: ConnectionPool | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private pumping = false;
+  /** Next gateway XID; starts at a random value so that a restarted gateway does not reuse recent XIDs. */
+  private nextXid = (Math.random() * 0x1_0000_0000) >>> 0;
+  /** One-element parts array for `sendReply` (written synchronously, so it can be reused). */
+  private readonly one: Buffer[] = [Buffer.alloc(0)];
+  private closed = false;
+
+  constructor(options: RouterOptions) {
+    this.registry = options.registry;
+    this.holdTimeMs = options.holdTimeMs ?? 30_000;
+    this.tickMs = options.tickMs ?? 50;
+    this.log = options.logger ?? pino({ level: 'silent' });
+  }
+
+  /** Routes calls over `pool` (whose requester handler must be this router) and starts the tick. */
+  attach(pool: ConnectionPool): void {
+    this.pool = pool;
+    this.refreshLinks();
+    if (this.timer === null) {
+      this.timer = setInterval(() => this.tick(), this.tickMs);
+      this.timer.unref();
+    }
+  }
+
+  /** Stops the tick. Calls still queued stay where they are (the frontend closes their clients). */
+  close(): void {
+    this.closed = true;
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  snapshot(): RouterStats {
+    const s = this.stats;
+    s.clients = this.clients.size;
+    s.recordsInUse = this.records.inUse;
+    s.recordsCreated = this.records.created;
+    return { ...s };
+  }
+
+  // --------------------------------------------------------------------------------------------------
+  // From the TCP frontend
+
+  onRecord(conn: FrontendConnection, record: Buffer): void {
+    let client = conn.context as ClientState | undefined;
+    if (client === undefined) {
+      client = new ClientState(conn);
+      conn.context = client;
+      this.clients.add(client);
+    }
+    if (record.length < 8) {
+      this.malformed(conn, 'a record too short to be an RPC message', record.length);
+      return;
+    }
+    const msgType = record.readUInt32BE(4);
+    if (msgType === MsgType.REPLY) {
+      // A reply to a backchannel call: routing those needs NFSv4.1 session tracking (not here yet).
+      this.stats.backchannelRepliesDropped++;
+      conn.release();
+      return;
+    }
+    if (msgType !== MsgType.CALL) {
+      this.malformed(conn, `msg_type ${msgType} is neither CALL nor REPLY`, record.length);
+      return;
+    }
+    const r = this.records.take();
+    r.client = client;
+    r.message = record;
+    r.clientXid = record.readUInt32BE(0);
+    this.plan(r, record);
+    r.queuedAt = Date.now();
+    client.calls++;
+    this.stats.calls++;
+    client.push(r);
+    this.stats.queued++;
+    this.activate(client);
+    this.pump();
+  }
+
+  onClose(conn: FrontendConnection, _reason: CloseReason): void {
+    const client = conn.context as ClientState | undefined;
+    if (client === undefined || client.closed) return;
+    client.closed = true;
+    this.clients.delete(client);
+    // Calls not sent yet are simply dropped; those in flight are consumed when their replies come.
+    for (let r = client.shift(); r !== null; r = client.shift()) {
+      this.stats.queued--;
+      this.stats.droppedQueued++;
+      this.records.give(r);
+    }
+  }
+
+  /** Asks the ULB about the call; a header that does not decode is forwarded as it is (the server answers). */
+  private plan(r: CallRecord, record: Buffer): void {
+    try {
+      const h = this.header.decode(record, 0, record.length);
+      r.gss = h.isGss;
+      this.registry.planCall(h, r.plan);
+    } catch {
+      r.gss = false;
+      r.plan.fallBack();
+      r.plan.binding = null;
+    }
+    if (r.plan.outcome === UlbOutcome.UNKNOWN) this.stats.ulbUnknown++;
+    else if (r.plan.outcome === UlbOutcome.PARTIAL) this.stats.ulbPartial++;
+    r.maxReplySize = r.plan.maxReplySize;
+  }
+
+  private malformed(conn: FrontendConnection, why: string, length: number): void {
+    this.stats.malformed++;
+    conn.log.warn({ code: 'ERR_NOT_RPC_CALL', length }, `closing client: ${why}`);
+    conn.destroy('ERR_NOT_RPC_CALL', why, { length });
+  }
+
+  // --------------------------------------------------------------------------------------------------
+  // Scheduling
+
+  private activate(client: ClientState): void {
+    if (client.active) return;
+    client.active = true;
+    this.ring.push(client);
+  }
+
+  /** Sends waiting calls, one per client per turn, while some connection has a credit. */
+  private pump(): void {
+    if (this.pumping || this.closed) return;
+    this.pumping = true;
+    try {
+      let misses = 0;
+      while (this.ring.length > 0 && misses < this.ring.length) {
+        const client = this.ring.peek() as ClientState;
+        const r = client.head;
+        if (r === null || client.closed) {
+          this.ring.shift();
+          client.active = false;
+          continue;
+        }
+        const link = this.pick(r);
+        if (link === null) {
+          if (!r.gss) break; // no credit anywhere: wait for a reply or a new connection
+          // This GSS XID is in use wherever a credit is free: let the other clients go first.
+          this.stats.gssXidCollisions++;
+          this.ring.push(this.ring.shift() as ClientState);
+          misses++;
+          continue;
+        }
+        misses = 0;
+        this.ring.shift();
+        client.shift();
+        this.stats.queued--;
+        this.dispatch(r, link);
+        if (client.queued > 0) this.ring.push(client);
+        else client.active = false;
+      }
+    } finally {
+      this.pumping = false;
+    }
+  }
+
+  /** The ready connection with a free credit and the fewest calls outstanding (and a free XID for GSS). */
+  private pick(r: CallRecord): ConnectionLink | null {
+    let best: ConnectionLink | null = null;
+    let bestLoad = Number.POSITIVE_INFINITY;
+    const links = this.links;
+    for (let i = 0; i < links.length; i++) {
+      const l = links[i];
+      const c = l.conn;
+      if (c.state !== 'ready' || c.queuedCalls > 0 || !c.credits.canSend()) continue;
+      if (r.gss && l.xids.has(r.clientXid)) continue;
+      const load = l.xids.size;
+      if (load < bestLoad) {
+        best = l;
+        bestLoad = load;
+      }
+    }
+    return best;
+  }
+
+  private dispatch(r: CallRecord, link: ConnectionLink): void {
+    const client = r.client as ClientState;
+    if (r.gss) {
+      r.xid = r.clientXid;
+    } else if (r.xid === 0 || link.xids.has(r.xid)) {
+      // A retransmission keeps its XID when the new connection allows (the server's DRC may know it).
+      let xid = this.nextXid;
+      do xid = (xid + 1) >>> 0;
+      while (xid === 0 || link.xids.has(xid));
+      this.nextXid = xid;
+      r.xid = xid;
+      r.message.writeUInt32BE(xid, 0);
+    }
+    link.xids.set(r.xid, r);
+    r.link = link;
+    r.attempts++;
+    client.inFlight++;
+    this.stats.inFlight++;
+    link.conn.submit(r);
+  }
+
+  // --------------------------------------------------------------------------------------------------
+  // From the transport
+
+  onReply(r: CallRecord, reply: Buffer): void {
+    this.unlink(r);
+    const client = r.client as ClientState;
+    if (client.closed) {
+      this.stats.orphanedReplies++;
+    } else {
+      if (!r.gss) reply.writeUInt32BE(r.clientXid, 0);
+      client.replies++;
+      this.stats.replies++;
+      this.one[0] = reply;
+      client.conn.sendReply(this.one);
+      this.one[0] = EMPTY; // drop the reference to the reply
+    }
+    this.records.give(r);
+    this.pump();
+  }
+
+  onFailed(r: CallRecord, error: TransportError): void {
+    this.unlink(r);
+    const client = r.client as ClientState;
+    if (client.closed) {
+      this.records.give(r);
+      this.pump();
+      return;
+    }
+    if (error.retransmit) {
+      // RFC 8166 §3.3.1 / PROTOCOL-NOTES §2: never again on the lost connection; another or a new one.
+      this.stats.retransmits++;
+      r.queuedAt = Date.now();
+      client.pushFront(r);
+      this.stats.queued++;
+      this.activate(client);
+      this.refreshLinks();
+      this.pump();
+      return;
+    }
+    // The peer refused the call for good. Answering it would be inventing a reply (DESIGN §3): close the
+    // client so that it retransmits, and say why in the log.
+    this.stats.refused++;
+    client.conn.log.warn(
+      { code: error.code, details: error.details, xid: r.clientXid },
+      'RDMA peer refused a call; closing the client so that it retransmits',
+    );
+    this.records.give(r);
+    client.conn.destroy('ERR_RDMA_REFUSED', `the RDMA peer refused a call: ${error.code}`, {
+      transportCode: error.code,
+    });
+    this.pump();
+  }
+
+  locateResult(r: CallRecord, reducedReply: Buffer, index: number): number {
+    return r.plan.locateResult(reducedReply, index);
+  }
+
+  private unlink(r: CallRecord): void {
+    const link = r.link;
+    if (link !== null) {
+      if (link.xids.get(r.xid) === r) link.xids.delete(r.xid);
+      r.link = null;
+    }
+    const client = r.client as ClientState;
+    client.inFlight--;
+    this.stats.inFlight--;
+  }
+
+  // --------------------------------------------------------------------------------------------------
+  // Connections and held calls
+
+  /** Picks up connections the pool opened and forgets closed ones with nothing in flight. */
+  private refreshLinks(): void {
+    const pool = this.pool;
+    if (pool === null) return;
+    const live = pool.connections();
+    let changed = live.length !== this.links.length;
+    for (const conn of live) {
+      if (!this.linkOf.has(conn)) {
+        this.linkOf.set(conn, { conn, xids: new Map() });
+        changed = true;
+      }
+    }
+    for (const [conn, link] of this.linkOf) {
+      if (conn.state === 'closed' && link.xids.size === 0 && !live.includes(conn)) {
+        this.linkOf.delete(conn);
+        changed = true;
+      }
+    }
+    if (changed) this.links = [...this.linkOf.values()];
+  }
+
+  private tick(): void {
+    this.refreshLinks();
+    if (this.stats.queued > 0) {
+      this.expireHeld();
+      this.pump();
+    }
+  }
+
+  /** Closes the clients whose oldest waiting call has waited longer than the hold time. */
+  private expireHeld(): void {
+    const limit = Date.now() - this.holdTimeMs;
+    let expired: ClientState[] | null = null;
+    for (const c of this.clients) {
+      if (c.head === null || c.head.queuedAt >= limit) continue;
+      expired ??= [];
+      expired.push(c);
+    }
+    if (expired === null) return;
+    for (const c of expired) {
+      this.stats.holdExpired++;
+      c.conn.log.warn(
+        { code: 'ERR_RDMA_UNAVAILABLE', holdTimeMs: this.holdTimeMs, waiting: c.queued },
+        'no RDMA connection took the calls within the hold time; closing the client so that it retransmits',
+      );
+      c.conn.destroy(
+        'ERR_RDMA_UNAVAILABLE',
+        `no RDMA connection could take the calls for ${this.holdTimeMs} ms`,
+        {
+          holdTimeMs: this.holdTimeMs,
+          waiting: c.queued,
+        },
+      );
+      // The frontend reports the close asynchronously: drop the waiting calls now.
+      this.onClose(c.conn, c.conn.closeReason as CloseReason);
+    }
+  }
+}

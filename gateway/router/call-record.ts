@@ -1,0 +1,92 @@
+/**
+ * One client call on its way through the gateway, as the transport sees it (`TransportCall`). Records are
+ * pooled and reused: the transport keeps its state in its own pooled slots and reports outcomes through
+ * the router's one handler, so nothing is allocated per call on the hot path besides what Node itself
+ * allocates for the socket data.
+ */
+import type { DdpItem, RpcRdmaConnection, TransportCall } from '../../rdma-backend/transport/index.js';
+import { UlbCallPlan } from '../ulb/types.js';
+import type { ClientState } from './client-state.js';
+
+const EMPTY = Buffer.alloc(0);
+
+/** Per RDMA connection: the XIDs in use on it (DESIGN §3: unique per connection) and the calls it carries. */
+export interface ConnectionLink {
+  readonly conn: RpcRdmaConnection;
+  /** Gateway XID (or an RPCSEC_GSS call's own XID) → the call carrying it on this connection. */
+  readonly xids: Map<number, CallRecord>;
+}
+
+export class CallRecord implements TransportCall {
+  /** The XID on the RDMA side (written into `message` before the call is submitted). */
+  xid = 0;
+  /** The client's RPC Call record (a view of the socket data; the router owns it until the reply). */
+  message: Buffer = EMPTY;
+  /** The ULB's answer for this call; `ddpArgs` / `ddpResults` are its arrays, so nothing is copied. */
+  readonly plan = new UlbCallPlan();
+  readonly ddpArgs: readonly DdpItem[];
+  readonly ddpResults: readonly number[];
+  maxReplySize = -1;
+
+  /** The client that sent it (null while the record is free). */
+  client: ClientState | null = null;
+  /** The client's own XID, restored on the reply. */
+  clientXid = 0;
+  /** RPCSEC_GSS: the XID is covered by the verifier's MIC (RFC 2203 §5.3.1), so it is never rewritten. */
+  gss = false;
+  /** The connection carrying it, while it is in flight on the RDMA side. */
+  link: ConnectionLink | null = null;
+  /** When it (re)entered its client's queue (ms, `Date.now()`): the hold time counts from here. */
+  queuedAt = 0;
+  /** Times it was submitted to a connection (> 1 after a connection loss). */
+  attempts = 0;
+  /** Next call in the client's queue (intrusive FIFO: no queue nodes allocated). */
+  next: CallRecord | null = null;
+
+  constructor() {
+    this.ddpArgs = this.plan.args;
+    this.ddpResults = this.plan.results;
+  }
+
+  reset(): void {
+    this.xid = 0;
+    this.message = EMPTY;
+    this.maxReplySize = -1;
+    this.client = null;
+    this.clientXid = 0;
+    this.gss = false;
+    this.link = null;
+    this.queuedAt = 0;
+    this.attempts = 0;
+    this.next = null;
+    this.plan.fallBack();
+    this.plan.binding = null;
+  }
+}
+
+/** A free list of records; it grows to the largest number of calls the gateway ever held at once. */
+export class CallRecordPool {
+  private readonly free: CallRecord[] = [];
+  /** Records ever created (in use = created - free). */
+  created = 0;
+
+  take(): CallRecord {
+    const r = this.free.pop();
+    if (r !== undefined) return r;
+    this.created++;
+    return new CallRecord();
+  }
+
+  give(r: CallRecord): void {
+    r.reset();
+    this.free.push(r);
+  }
+
+  get inUse(): number {
+    return this.created - this.free.length;
+  }
+
+  get available(): number {
+    return this.free.length;
+  }
+}

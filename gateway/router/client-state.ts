@@ -1,0 +1,93 @@
+/**
+ * Per TCP client: the calls it sent that wait for an RDMA credit (an intrusive FIFO of call records), and
+ * its bookkeeping for the fair scheduler. Stored in `FrontendConnection.context`.
+ */
+import type { FrontendConnection } from '../../tcp-frontend/server.js';
+import type { CallRecord } from './call-record.js';
+
+export class ClientState {
+  readonly conn: FrontendConnection;
+  /** Waiting calls, oldest first (retransmissions go to the front). */
+  head: CallRecord | null = null;
+  tail: CallRecord | null = null;
+  queued = 0;
+  /** Calls submitted to an RDMA connection and not yet answered. */
+  inFlight = 0;
+  /** In the scheduler's round-robin ring. */
+  active = false;
+  /** The TCP connection is gone: replies to its calls are consumed and dropped. */
+  closed = false;
+  /** Calls this client sent, and replies it got (for the admin API and tests). */
+  calls = 0;
+  replies = 0;
+
+  constructor(conn: FrontendConnection) {
+    this.conn = conn;
+  }
+
+  push(r: CallRecord): void {
+    r.next = null;
+    if (this.tail === null) this.head = r;
+    else this.tail.next = r;
+    this.tail = r;
+    this.queued++;
+  }
+
+  /** A call that must go again (its connection was lost): ahead of the client's newer calls. */
+  pushFront(r: CallRecord): void {
+    r.next = this.head;
+    this.head = r;
+    if (this.tail === null) this.tail = r;
+    this.queued++;
+  }
+
+  shift(): CallRecord | null {
+    const r = this.head;
+    if (r === null) return null;
+    this.head = r.next;
+    if (this.head === null) this.tail = null;
+    r.next = null;
+    this.queued--;
+    return r;
+  }
+}
+
+/**
+ * The round-robin ring of clients that have waiting calls: deficit round robin with a quantum of one call.
+ * The scarce resource is the credit (one per call, whatever its size: large data travels in chunks that
+ * the credit does not measure), so each turn gives a client one credit, and a client with a thousand
+ * calls waiting gets no more turns than one with a single call (RFC 8166 §3.3.1 credits; DESIGN §1).
+ */
+export class ClientRing {
+  private items: (ClientState | undefined)[] = new Array(64);
+  private head = 0;
+  private count = 0;
+
+  get length(): number {
+    return this.count;
+  }
+
+  push(c: ClientState): void {
+    if (this.count === this.items.length) {
+      const grown: (ClientState | undefined)[] = new Array(this.items.length * 2);
+      for (let i = 0; i < this.count; i++) grown[i] = this.items[(this.head + i) % this.items.length];
+      this.items = grown;
+      this.head = 0;
+    }
+    this.items[(this.head + this.count) % this.items.length] = c;
+    this.count++;
+  }
+
+  peek(): ClientState | undefined {
+    return this.count === 0 ? undefined : this.items[this.head];
+  }
+
+  shift(): ClientState | undefined {
+    if (this.count === 0) return undefined;
+    const c = this.items[this.head];
+    this.items[this.head] = undefined;
+    this.head = (this.head + 1) % this.items.length;
+    this.count--;
+    return c;
+  }
+}

@@ -1,0 +1,172 @@
+/**
+ * The responder role against a hand-written upstream: callbacks from the upstream become backward calls
+ * on the RDMA connection and their replies go back on the same TCP connection; the upstream connection is
+ * not half-closed while it still owes replies; an upstream that goes away takes its RDMA connection with
+ * it (the requester retransmits), without an invented reply.
+ */
+import { createServer, type Server, type Socket } from 'node:net';
+import test from 'ava';
+import { defaultRegistry } from '../../gateway/gateway.js';
+import { Responder } from '../../gateway/responder.js';
+import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
+import {
+  type InboundCall,
+  type RequesterHandler,
+  RpcRdmaConnection,
+  type TransportCall,
+  type TransportError,
+} from '../../rdma-backend/transport/index.js';
+import { frameRecord, RecordDecoder } from '../../tcp-frontend/record-marking.js';
+import { encodeCall, waitFor } from './helpers.js';
+
+const PROG = 0x20000077;
+const CB_PROG = 0x40000001;
+
+/** An accepted reply with `body` as results. */
+function reply(xid: number, body: Buffer): Buffer {
+  const h = Buffer.alloc(24);
+  h.writeUInt32BE(xid, 0);
+  h.writeUInt32BE(1, 4);
+  return Buffer.concat([h, body]);
+}
+
+interface Upstream {
+  server: Server;
+  port: number;
+  sockets: Socket[];
+  /** Per socket: the records received, and whether a FIN came. */
+  received: Buffer[];
+  ended: boolean;
+  onRecord: (socket: Socket, record: Buffer) => void;
+}
+
+async function upstream(onRecord: Upstream['onRecord']): Promise<Upstream> {
+  const u: Upstream = { server: createServer(), port: 0, sockets: [], received: [], ended: false, onRecord };
+  u.server.on('connection', (s) => {
+    u.sockets.push(s);
+    const d = new RecordDecoder((r) => {
+      u.received.push(r);
+      u.onRecord(s, r);
+    });
+    s.on('data', (c) => d.push(c));
+    s.on('end', () => {
+      u.ended = true;
+      s.end();
+    });
+    s.on('error', () => {});
+  });
+  await new Promise<void>((r) => u.server.listen(0, '127.0.0.1', r));
+  u.port = (u.server.address() as { port: number }).port;
+  return u;
+}
+
+class Outcomes implements RequesterHandler {
+  replies: Buffer[] = [];
+  failures: TransportError[] = [];
+  onReply(_c: TransportCall, r: Buffer): void {
+    this.replies.push(r);
+  }
+  onFailed(_c: TransportCall, e: TransportError): void {
+    this.failures.push(e);
+  }
+}
+
+async function chain(t: import('ava').ExecutionContext, u: Upstream) {
+  const device = await createSoftProvider().openDevice();
+  const responder = new Responder({
+    device,
+    host: '127.0.0.1',
+    port: 0,
+    upstream: { host: '127.0.0.1', port: u.port },
+    registry: defaultRegistry(),
+    lingerMs: 2000,
+  });
+  const { port } = await responder.listen();
+  const outcomes = new Outcomes();
+  const backward: InboundCall[] = [];
+  const clientDevice = await createSoftProvider().openDevice();
+  const conn: RpcRdmaConnection = await RpcRdmaConnection.connect({
+    device: clientDevice,
+    host: '127.0.0.1',
+    port,
+    options: { peerKey: `responder-test-${port}` },
+    requester: outcomes,
+    responder: {
+      onCall(call) {
+        // The client end answers a callback with its argument's length as the result.
+        backward.push(call);
+        const n = Buffer.alloc(4);
+        n.writeUInt32BE(call.message.length - 40, 0);
+        conn.reply(call, reply(call.xid, n));
+      },
+    },
+  });
+  await waitFor(() => conn.state === 'ready', 'negotiated');
+  t.teardown(async () => {
+    conn.close();
+    await responder.close(1000);
+    u.server.close();
+    for (const s of u.sockets) s.destroy();
+  });
+  return { responder, conn, outcomes, backward };
+}
+
+function call(xid: number, args = Buffer.alloc(0)): TransportCall {
+  return { xid, message: encodeCall(xid, PROG, 1, 1, args), ddpArgs: [], ddpResults: [], maxReplySize: -1 };
+}
+
+test('an upstream callback goes back as a backward call and its reply returns to the upstream', async (t) => {
+  const u = await upstream((s, record) => {
+    const xid = record.readUInt32BE(0);
+    if (record.readUInt32BE(4) === 0 && record.readUInt32BE(12) === PROG) {
+      // Before answering, call the client back on the same connection.
+      s.write(
+        Buffer.concat(frameRecord(encodeCall(0xcb000000 + (xid & 0xff), CB_PROG, 1, 1, Buffer.alloc(12)))),
+      );
+    } else if (record.readUInt32BE(4) === 1) {
+      // The callback's reply: now answer the original call with what the client said.
+      const original = record.readUInt32BE(0) - 0xcb000000;
+      s.write(Buffer.concat(frameRecord(reply(0x1000 + original, record.subarray(24)))));
+    }
+  });
+  const { responder, conn, outcomes, backward } = await chain(t, u);
+  for (let i = 0; i < 3; i++) conn.submit(call(0x1000 + i));
+  await waitFor(() => outcomes.replies.length === 3, 'replies');
+  t.is(backward.length, 3);
+  t.true(backward.every((c) => c.backward));
+  for (const r of outcomes.replies) t.is(r.readUInt32BE(24), 12, 'the result is the callback reply');
+  t.is(responder.stats.callbacks, 3);
+  t.is(responder.stats.callbackReplies, 3);
+  t.is(u.sockets.length, 1, 'one upstream TCP connection for the RDMA connection');
+});
+
+test('the upstream is not half-closed while it owes replies; it ends once they are in', async (t) => {
+  let held: { s: Socket; xid: number }[] = [];
+  const u = await upstream((s, record) => {
+    held.push({ s, xid: record.readUInt32BE(0) });
+  });
+  const { responder, conn } = await chain(t, u);
+  conn.submit(call(7));
+  conn.submit(call(8));
+  await waitFor(() => held.length === 2, 'calls at the upstream');
+  conn.close('client goes away');
+  await new Promise((r) => setTimeout(r, 150));
+  t.false(u.ended, 'no FIN while two replies are due');
+  for (const h of held) h.s.write(Buffer.concat(frameRecord(reply(h.xid, Buffer.alloc(4)))));
+  held = [];
+  await waitFor(() => u.ended, 'FIN after the last reply');
+  await waitFor(() => responder.links.size === 0, 'link gone');
+  t.is(responder.stats.repliesSent, 0, 'nobody to send them to');
+});
+
+test('an upstream that goes away closes its RDMA connection: the calls fail for retransmission', async (t) => {
+  const u = await upstream((s) => {
+    s.destroy();
+  });
+  const { conn, outcomes } = await chain(t, u);
+  conn.submit(call(9));
+  await waitFor(() => outcomes.failures.length === 1, 'failure');
+  t.true(outcomes.failures[0].retransmit);
+  t.is(outcomes.replies.length, 0, 'no invented reply');
+  t.is(conn.state, 'closed');
+});

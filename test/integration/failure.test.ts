@@ -1,0 +1,78 @@
+/**
+ * The RDMA side unavailable (DESIGN §3 "No fabricated NFS errors"): calls are held while the pool
+ * reconnects and complete when the peer comes back within the hold time; past the hold time the client's
+ * TCP connection is closed (it retransmits by itself) and no RPC reply is ever invented.
+ */
+import { createServer } from 'node:net';
+import test from 'ava';
+import { defaultRegistry, transportOptions } from '../../gateway/gateway.js';
+import { Responder } from '../../gateway/responder.js';
+import { serveTestProgram, TestProgramClient } from '../../gateway/test-program/index.js';
+import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
+import { waitFor } from '../gateway/helpers.js';
+import { BASELINE, gauges, startTestGateway, testConfig } from './helpers.js';
+
+/** A loopback port with nothing listening on it (bound then released). */
+async function freePort(): Promise<number> {
+  const s = createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const { port } = s.address() as { port: number };
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+test('with no RDMA peer, a call is held for the hold time, then its client is disconnected, never answered', async (t) => {
+  const port = await freePort();
+  const g = await startTestGateway({ peer: { host: '127.0.0.1', port }, holdTimeMs: 300 });
+  const client = await TestProgramClient.connect({ host: '127.0.0.1', port: g.addresses[0].port });
+  t.teardown(async () => {
+    client.rpc.destroy();
+    await g.stop(0);
+  });
+  const started = Date.now();
+  const err = await t.throwsAsync(client.echo(Buffer.from('hello')));
+  const waited = Date.now() - started;
+  t.is((err as { code?: string }).code, 'ERR_CLIENT_CLOSED', 'the connection closed; no reply came');
+  t.true(waited >= 300 && waited < 3000, `held ${waited} ms`);
+  t.is(client.rpc.stats.repliesReceived, 0);
+  t.is(g.router.stats.holdExpired, 1);
+  t.is(g.router.stats.replies, 0);
+  await waitFor(() => g.frontend.stats.connectionsOpen === 0, 'client closed');
+  t.is(g.frontend.stats.closes.ERR_RDMA_UNAVAILABLE, 1);
+  t.deepEqual(gauges(g), BASELINE);
+});
+
+test('calls held while the peer is down complete once it comes up within the hold time', async (t) => {
+  const port = await freePort();
+  const g = await startTestGateway({ peer: { host: '127.0.0.1', port }, holdTimeMs: 10_000, backoffMs: 50 });
+  const client = await TestProgramClient.connect({ host: '127.0.0.1', port: g.addresses[0].port });
+  const upstream = await serveTestProgram();
+  const device = await createSoftProvider().openDevice();
+  const responder = new Responder({
+    device,
+    host: '127.0.0.1',
+    port,
+    upstream: { host: '127.0.0.1', port: upstream.addresses[0].port },
+    registry: defaultRegistry(),
+    transport: transportOptions(testConfig()),
+  });
+  t.teardown(async () => {
+    client.rpc.destroy();
+    await g.stop(0);
+    await responder.close();
+    await upstream.close({ drainTimeoutMs: 0 });
+  });
+  const calls = [
+    client.echo(Buffer.alloc(100, 1)),
+    client.source(100_000, 3),
+    client.sink(Buffer.alloc(50_000)),
+  ];
+  await new Promise((r) => setTimeout(r, 200));
+  t.is(g.router.stats.replies, 0);
+  t.true(g.router.stats.queued >= 3, 'held in the router');
+  await responder.listen();
+  await Promise.all(calls);
+  t.is(g.router.stats.replies, 3);
+  t.is(g.router.stats.holdExpired, 0);
+  t.is(responder.stats.callsForwarded, 3);
+});
