@@ -16,6 +16,7 @@ import { ping } from './commands/ping.js';
 import { responder } from './commands/responder.js';
 import { DEFAULT_TEST_PROGRAM_LISTEN, serveTestProgramCommand } from './commands/serve-test-program.js';
 import { demo, start } from './commands/start.js';
+import { status } from './commands/status.js';
 import {
   CONFIG_SCHEMA,
   defaultText,
@@ -58,8 +59,8 @@ const COMMANDS: Record<string, CommandEntry> = {
     run: demo,
   },
   status: {
-    summary: "query a running gateway's admin API",
-    run: unavailable('status', 'the admin API (admin-api/)'),
+    summary: "a running gateway's state from its admin API [--url http://HOST:PORT] [--format json]",
+    run: status,
   },
   'serve-test-program': {
     summary: `serve the built-in load-test RPC program over TCP [--listen HOST:PORT] (default ${DEFAULT_TEST_PROGRAM_LISTEN})`,

@@ -49,7 +49,14 @@ export interface GatewayConfig {
     holdTimeMs: number;
   };
   responder: { listen: HostPort };
-  admin: { listen: HostPort | 'off'; token: string };
+  admin: {
+    listen: HostPort | 'off';
+    token: string;
+    /** Read routes (all but /livez and /readyz) need the token too. */
+    protectReads: boolean;
+    /** Write routes without a token, accepted only on a loopback listener. */
+    allowUnauthenticatedWrites: boolean;
+  };
   log: { level: LogLevel; format: LogFormat };
   shutdown: { drainTimeoutMs: number };
 }
@@ -191,6 +198,18 @@ export const CONFIG_SCHEMA: readonly KeyDef[] = [
     default: '',
     doc: 'Bearer token the admin API requires (empty: no token; only sensible on loopback). Prefer the environment variable to a file or a flag.',
     secret: true,
+  },
+  {
+    key: 'admin.protectReads',
+    kind: { type: 'enum', values: [false, true] },
+    default: false,
+    doc: 'Require the token on read routes too (`/livez` and `/readyz` stay open for probes). Required for a non-loopback admin listener.',
+  },
+  {
+    key: 'admin.allowUnauthenticatedWrites',
+    kind: { type: 'enum', values: [false, true] },
+    default: false,
+    doc: 'Accept write routes without a token; refused unless the admin listener is a loopback address. Without a token and without this, write routes answer 403.',
   },
   {
     key: 'log.level',

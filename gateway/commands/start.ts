@@ -9,6 +9,7 @@
  */
 import { formatHostPort, type HostPort } from '../../tcp-frontend/address.js';
 import { DEFAULT_FRONTEND_PORT, type GatewayConfig, loadConfig } from '../config.js';
+import { startGatewayAdmin } from '../control.js';
 import { type Gateway, startGateway } from '../gateway.js';
 import { componentLogger, createLogger } from '../logging.js';
 import { TEST_PROGRAM } from '../test-program/constants.js';
@@ -37,10 +38,15 @@ async function run(ctx: CommandContext, config: GatewayConfig, command: string):
   const log = componentLogger(root, 'gateway');
   const started = Date.now();
   const gateway = await startGateway({ config, logger: log });
+  // The root logger, so that a log-level change through the admin API reaches every component.
+  const admin = await startGatewayAdmin(gateway, { config, logger: root, startedAt: started });
   ctx.stdout.write(banner(gateway, config, command, Date.now() - started));
+  if (admin)
+    ctx.stdout.write(`  admin:   ${admin.url}  (npx rpcrdma-gateway status; docs at ${admin.url}/docs)\n`);
   const signal = await waitForStopSignal();
   log.info({ signal }, 'stop requested');
   await gateway.stop(config.shutdown.drainTimeoutMs);
+  await admin?.api.close();
   return 0;
 }
 

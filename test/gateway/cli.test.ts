@@ -90,12 +90,6 @@ test('ping to a port where nothing listens fails with a message and status 1', a
   t.regex(r.stderr, /cannot connect to 127\.0\.0\.1:1/);
 });
 
-test('status says plainly it is not available yet', async (t) => {
-  const r = await run(['status']);
-  t.is(r.code, 3);
-  t.regex(r.stderr, /'status' is not available in this build yet/);
-});
-
 test('--print-config prints the effective configuration; a bad value exits 2 naming the key', async (t) => {
   const ok = await run(['--print-config', '--frontend-max-calls-in-flight', '7'], {
     RPCRDMA_GATEWAY_LOG_LEVEL: 'debug',

@@ -16,6 +16,7 @@ const pkg = JSON.parse(readFileSync(`${ROOT}package.json`, 'utf8')) as { scripts
 interface Started {
   child: ChildProcess;
   port: number;
+  adminUrl: string;
   ms: number;
   output: () => string;
 }
@@ -25,19 +26,24 @@ function npmStart(): Promise<Started> {
   const [cmd, ...args] = pkg.scripts.start.split(' ');
   if (cmd !== 'node') throw new Error(`unexpected start script: ${pkg.scripts.start}`);
   const began = Date.now();
-  const child = spawn(process.execPath, [...args, '--listen', '127.0.0.1:0', '--log-level', 'warn'], {
-    cwd: ROOT,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = spawn(
+    process.execPath,
+    [...args, '--listen', '127.0.0.1:0', '--admin-listen', '127.0.0.1:0', '--log-level', 'warn'],
+    {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   let out = '';
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`npm start did not serve within 10 s: ${out}`)), 10_000);
     child.stdout!.on('data', (d: Buffer) => {
       out += d.toString();
       const m = /listening for ONC RPC over TCP on 127\.0\.0\.1:(\d+)/.exec(out);
-      if (m && /try it: +npx rpcrdma-gateway ping --target/.test(out)) {
+      const admin = /admin: +(http:\/\/127\.0\.0\.1:\d+)/.exec(out);
+      if (m && admin && /try it: +npx rpcrdma-gateway ping --target/.test(out)) {
         clearTimeout(timer);
-        resolve({ child, port: Number(m[1]), ms: Date.now() - began, output: () => out });
+        resolve({ child, port: Number(m[1]), adminUrl: admin[1], ms: Date.now() - began, output: () => out });
       }
     });
     child.stderr!.on('data', (d: Buffer) => {
@@ -77,6 +83,26 @@ test('npm start serves within seconds; ping answers through it; SIGTERM drains a
   const big = await cli(['ping', '--target', `127.0.0.1:${g.port}`, '--count', '2', '--size', '1048576']);
   t.is(big.code, 0, big.stderr);
   t.regex(big.stdout, /1048576 bytes from .*seq=2/);
+
+  // The admin API of the same process answers `rpcrdma-gateway status` with the traffic just sent.
+  const status = await cli(['status', '--url', g.adminUrl, '--format', 'json']);
+  t.is(status.code, 0, status.stderr);
+  const summary = JSON.parse(status.stdout) as {
+    serverInfo: { role: string; provider: string };
+    readiness: { ready: boolean };
+    upstreams: { upstreams: { state: string }[] };
+  };
+  t.is(summary.serverInfo.role, 'gateway');
+  t.is(summary.serverInfo.provider, 'soft');
+  t.true(summary.readiness.ready);
+  t.deepEqual(
+    summary.upstreams.upstreams.map((u) => u.state),
+    ['ready', 'ready'],
+  );
+  const text = await cli(['status', '--url', g.adminUrl]);
+  t.is(text.code, 0, text.stderr);
+  const counted = /traffic since \S+: (\d+) calls/.exec(text.stdout);
+  t.true(counted !== null && Number(counted[1]) >= 5, `the 5 pings are counted: ${text.stdout}`);
 
   // Calls in flight when SIGTERM arrives still get their (verified) replies; then the process exits 0.
   const client = await TestProgramClient.connect({ host: '127.0.0.1', port: g.port });

@@ -1,0 +1,217 @@
+/**
+ * The admin API: a Fastify app on its own listener (loopback by default — never every address unless the
+ * operator says so), reading and steering the gateway only through `GatewayControl`.
+ *
+ * Access classes, set per route in `config.access`:
+ * - `public`: `/livez`, `/readyz` — probes never carry a token;
+ * - `read`: every other GET — open by default, behind the token with `protectReads`;
+ * - `write`: every POST / PUT / PATCH — behind the token. Without a token they are refused (403
+ *   ERR_ADMIN_WRITES_DISABLED) unless `allowUnauthenticatedWrites` is set, which is accepted only when
+ *   the listener is on loopback. A GET never changes anything.
+ * No request answer ever contains the token: responses go through their schemas, and the configuration is
+ * masked by the gateway before it reaches us.
+ */
+import fastifySwagger from '@fastify/swagger';
+import fastifySwaggerUi from '@fastify/swagger-ui';
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyError,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+  LogController,
+} from 'fastify';
+import type { Logger } from 'pino';
+import { GatewayError } from '../common/errors.js';
+import { BearerAuth, isLoopbackHost } from './auth.js';
+import type { GatewayControl } from './control.js';
+import { AdminError, httpStatusOf } from './errors.js';
+import { ProcessMetrics } from './metrics.js';
+import { registerReadRoutes } from './routes/read.js';
+import { registerWriteRoutes } from './routes/write.js';
+import { StatsView } from './stats.js';
+
+export const DEFAULT_ADMIN_HOST = '127.0.0.1';
+export const DEFAULT_ADMIN_PORT = 9249;
+
+export type Access = 'public' | 'read' | 'write';
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    access?: Access;
+  }
+}
+
+export interface AdminApiOptions {
+  control: GatewayControl;
+  /** The gateway's pino logger; the admin API logs through a child `{ component: 'admin-api' }`. */
+  logger: Logger;
+  /** Where to listen; default 127.0.0.1:9249. Port 0 picks a free port. */
+  host?: string;
+  port?: number;
+  /** Bearer token for write routes (and read routes with `protectReads`); empty or undefined: none. */
+  token?: string;
+  /** Serve write routes without a token. Refused unless `host` is a loopback address. */
+  allowUnauthenticatedWrites?: boolean;
+  /** Require the token on read routes too (not on /livez and /readyz). Needs a token. */
+  protectReads?: boolean;
+  /** Serve the Swagger UI at /docs (default true). */
+  docsUi?: boolean;
+}
+
+/** Everything the route modules share. */
+export interface AdminContext {
+  control: GatewayControl;
+  stats: StatsView;
+  processMetrics: ProcessMetrics;
+  startedAt: Date;
+}
+
+export interface AdminApi {
+  readonly app: FastifyInstance;
+  /** Starts listening; resolves with the bound address. */
+  listen(): Promise<{ host: string; port: number; url: string }>;
+  close(): Promise<void>;
+}
+
+export async function createAdminApi(options: AdminApiOptions): Promise<AdminApi> {
+  const host = options.host ?? DEFAULT_ADMIN_HOST;
+  const port = options.port ?? DEFAULT_ADMIN_PORT;
+  const token = options.token ?? '';
+  const log = options.logger.child({ component: 'admin-api' });
+  if (options.allowUnauthenticatedWrites && !isLoopbackHost(host)) {
+    throw new AdminError(
+      'ERR_ADMIN_CONFIG',
+      `admin API: unauthenticated write endpoints are only allowed on a loopback address, not ${host}`,
+      { host },
+    );
+  }
+  if (options.protectReads && token === '') {
+    throw new AdminError('ERR_ADMIN_CONFIG', 'admin API: protecting read endpoints needs admin.token', {});
+  }
+  const auth = token === '' ? null : new BearerAuth(token);
+  const writesOpen = auth === null && options.allowUnauthenticatedWrites === true;
+  if (auth === null && !writesOpen) {
+    log.warn('admin API: no admin.token configured, write endpoints are disabled (answer 403)');
+  } else if (writesOpen) {
+    log.warn({ host }, 'admin API: write endpoints without authentication (loopback only)');
+  }
+  if (!isLoopbackHost(host) && !options.protectReads) {
+    log.warn({ host }, 'admin API listens beyond loopback with unauthenticated read endpoints');
+  }
+
+  const app = Fastify({
+    loggerInstance: log as FastifyBaseLogger,
+    // One line per request would drown the log under Prometheus scrapes; writes are logged (audit) below.
+    logController: new LogController({ disableRequestLogging: true }),
+    bodyLimit: 64 * 1024,
+    ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', allErrors: false } },
+  });
+
+  const ctx: AdminContext = {
+    control: options.control,
+    stats: new StatsView(new Date(options.control.serverInfo().startedAt)),
+    processMetrics: new ProcessMetrics(),
+    startedAt: new Date(options.control.serverInfo().startedAt),
+  };
+
+  app.addHook('onRequest', async (request, reply) => {
+    const access = request.routeOptions.config.access ?? 'read';
+    if (access === 'public') return;
+    if (access === 'read' && !options.protectReads) return;
+    if (access === 'write' && auth === null) {
+      if (writesOpen) return;
+      return refuse(
+        reply,
+        403,
+        'ERR_ADMIN_WRITES_DISABLED',
+        'write endpoints are disabled: no admin token configured',
+      );
+    }
+    const outcome = (auth as BearerAuth).check(request.headers.authorization);
+    if (outcome === 'missing') {
+      reply.header('www-authenticate', 'Bearer realm="rpcrdma-gateway"');
+      return refuse(reply, 401, 'ERR_ADMIN_UNAUTHORIZED', 'a bearer token is required');
+    }
+    if (outcome === 'wrong') {
+      request.log.warn({ remote: request.ip, url: request.url }, 'admin API: wrong bearer token');
+      reply.header('www-authenticate', 'Bearer realm="rpcrdma-gateway", error="invalid_token"');
+      return refuse(reply, 403, 'ERR_ADMIN_FORBIDDEN', 'the bearer token is not valid');
+    }
+  });
+
+  app.setErrorHandler((err: FastifyError | GatewayError, request: FastifyRequest, reply: FastifyReply) => {
+    if ('validation' in err && err.validation) {
+      return reply.code(400).send({ code: 'ERR_ADMIN_VALIDATION', message: err.message });
+    }
+    if (err instanceof GatewayError) {
+      const status = httpStatusOf(err);
+      if (status >= 500) request.log.error({ err: err.toLog() }, 'admin API request failed');
+      return reply.code(status).send({ code: err.code, message: err.message, details: err.details });
+    }
+    const status = typeof err.statusCode === 'number' && err.statusCode >= 400 ? err.statusCode : 500;
+    if (status >= 500) {
+      request.log.error({ err }, 'admin API request failed');
+      return reply.code(status).send({ code: 'ERR_ADMIN_INTERNAL', message: 'internal error (see the log)' });
+    }
+    return reply.code(status).send({ code: err.code ?? 'ERR_ADMIN_REQUEST', message: err.message });
+  });
+  app.setNotFoundHandler((request, reply) =>
+    reply
+      .code(404)
+      .send({ code: 'ERR_ADMIN_NOT_FOUND', message: `no route ${request.method} ${request.url}` }),
+  );
+
+  await app.register(fastifySwagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: {
+        title: 'rpcrdma-gateway admin API',
+        description:
+          'Transport properties, statistics, connections, health and control of an ONC RPC (TCP) to RPC-over-RDMA gateway.',
+        version: options.control.serverInfo().version,
+      },
+      components: {
+        securitySchemes: { bearerAuth: { type: 'http', scheme: 'bearer' } },
+      },
+    },
+  });
+  if (options.docsUi !== false) {
+    await app.register(fastifySwaggerUi, { routePrefix: '/docs' });
+  }
+  app.get('/openapi.json', { schema: { hide: true }, config: { access: 'read' } }, async () => app.swagger());
+
+  registerReadRoutes(app, ctx);
+  registerWriteRoutes(app, ctx);
+  await app.ready();
+
+  return {
+    app,
+    async listen() {
+      try {
+        await app.listen({ host, port });
+      } catch (err) {
+        const e = err as NodeJS.ErrnoException;
+        throw new AdminError(
+          'ERR_ADMIN_LISTEN',
+          `admin API: cannot listen on ${host}:${port}: ${e.code ?? e.message}`,
+          {
+            host,
+            port,
+            errno: e.code,
+          },
+        );
+      }
+      const a = app.server.address();
+      if (a === null || typeof a === 'string') throw new AdminError('ERR_ADMIN_LISTEN', 'no TCP address', {});
+      const urlHost = a.family === 'IPv6' ? `[${a.address}]` : a.address;
+      log.info({ address: `${urlHost}:${a.port}` }, 'admin API listening');
+      return { host: a.address, port: a.port, url: `http://${urlHost}:${a.port}` };
+    },
+    close: () => app.close(),
+  };
+}
+
+function refuse(reply: FastifyReply, status: number, code: string, message: string) {
+  return reply.code(status).send({ code, message });
+}

@@ -1,0 +1,301 @@
+/**
+ * `GatewayControl`: the one narrow interface between the admin API and the gateway (DESIGN §2).
+ *
+ * The admin API reads plain snapshots and counters through it and asks for actions; it never touches a
+ * socket, a queue pair or a protocol structure. The gateway implements it (`gateway/control.ts`) in terms of
+ * what it already has — the frontend's `FrontendStats`, the transport's `ConnectionSnapshot`s, the pool's
+ * slots — and knows nothing of Fastify or Prometheus. Every method returns fresh plain data the caller may
+ * keep; none of it is a live view.
+ *
+ * Transport properties travel by their registry names (seed 004 §4 / DESIGN §3): `rbsiz` (Receive Buffer
+ * Size, bytes), `brs` (Backward Request Support, enum 0..2), `reqreminv` (requester accepts Send With
+ * Invalidate, boolean), `rprc` (requester accepts responder-provided Read chunks, boolean).
+ */
+
+export type PropertyName = 'rbsiz' | 'brs' | 'reqreminv' | 'rprc';
+export const PROPERTY_NAMES: readonly PropertyName[] = ['rbsiz', 'brs', 'reqreminv', 'rprc'];
+export type PropertyValue = number | boolean;
+export type PropertyValues = Partial<Record<PropertyName, PropertyValue>>;
+
+export type GatewayState = 'starting' | 'running' | 'draining' | 'stopping' | 'stopped';
+export type LogLevelName = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+
+export interface ServerInfo {
+  /** The package version. */
+  version: string;
+  /** `process.version`. */
+  node: string;
+  /** `gateway` (TCP → RDMA) or `responder` (RDMA → TCP). */
+  role: 'gateway' | 'responder';
+  /** The verbs provider in use (`soft`, `native`) and the devices it offers. */
+  provider: string;
+  devices: string[];
+  state: GatewayState;
+  /** When the gateway started (ms since the epoch). */
+  startedAt: number;
+  /** TCP addresses the frontend is bound to, `HOST:PORT`. */
+  listening: string[];
+  /** The RDMA peer (`HOST:PORT`, or `embedded`). */
+  peer: string;
+}
+
+/** The facts readiness is decided from; the admin API applies the rule (see `readiness.ts`). */
+export interface ReadinessFacts {
+  listenerBound: boolean;
+  /** RDMA connections established (negotiation finished) and usable. */
+  upstreamsReady: number;
+  draining: boolean;
+  state: GatewayState;
+}
+
+/** Our own transport properties (what we offer every peer). */
+export interface LocalProperties {
+  /** Highest RPC-over-RDMA version we propose (1 or 2). */
+  maxVersion: number;
+  /** Our Receive buffer size (RBSIZ): the largest message we receive inline. */
+  rbsiz: number;
+  /** The most our Receive buffer size may be raised to at run time. */
+  maxRbsiz: number;
+  /** Our send buffer size: the most we ever send inline. */
+  sendSize: number;
+  /** Forward credits we ask for. */
+  credits: number;
+  /** Whether we accept Send With Invalidate (announced as REQREMINV). */
+  reqreminv: boolean;
+  /** Whether we accept responder-provided Read chunks (RPRC). */
+  rprc: boolean;
+  /** Whether we use the optional Version 2 extensions (REQPROP/RESPPROP/UPDPROP/DONE). */
+  extensions: boolean;
+}
+
+export interface CreditView {
+  /** The peer's current grant to us. */
+  granted: number;
+  /** Credits in use (calls sent and not answered). */
+  inUse: number;
+  /** The most we ask for. */
+  max: number;
+  /** Calls waiting for a credit. */
+  queued: number;
+}
+
+/** One RDMA connection slot of the pool (its id is stable across reconnects). */
+export interface UpstreamInfo {
+  id: number;
+  /** The id of the transport connection now in the slot, or null while there is none. */
+  connectionId: number | null;
+  peer: string;
+  state: 'connecting' | 'negotiating' | 'ready' | 'backoff' | 'closed' | 'offline';
+  /** Negotiated RPC-over-RDMA version; 0 before negotiation. */
+  version: number;
+  credits: CreditView;
+  /** Credits we grant the peer for its (backward) calls. */
+  grant: number;
+  callsInFlight: number;
+  /** Largest message we send the peer inline (its receive size as we know it). */
+  sendLimit: number;
+  /** Our Receive buffer size on this connection. */
+  recvSize: number;
+  remoteInvalidate: boolean;
+  registrations: { inUse: number; registered: number; rekeys: number };
+  reconnects: number;
+  connectAttempts: number;
+  lastError: string | null;
+}
+
+/** Per connection, the properties the peer announced and the changes still pending either way. */
+export interface PeerPropertiesView {
+  upstream: number;
+  peer: string;
+  version: number;
+  /** The peer's announced values (CONNPROP / UPDPROP) by name; ids we do not know are left out. */
+  peerProperties: PropertyValues;
+  sendLimit: number;
+  recvSize: number;
+  credits: CreditView;
+  pendingAtPeer: PropertyName[];
+  pendingForPeer: PropertyName[];
+  peerSupportsExtensions: boolean;
+}
+
+export interface PropertiesView {
+  local: LocalProperties;
+  connections: PeerPropertiesView[];
+}
+
+/** A TCP client connection of the frontend. */
+export interface ClientInfo {
+  id: number;
+  /** `HOST:PORT` of the client. */
+  remote: string;
+  /** `HOST:PORT` it connected to. */
+  local: string;
+  connectedAt: number;
+  callsInFlight: number;
+  bytesIn: number;
+  bytesOut: number;
+  recordsIn: number;
+  recordsOut: number;
+  /** Reading paused (in-flight cap, hold, or write backpressure). */
+  paused: boolean;
+  writeBlocked: boolean;
+}
+
+/**
+ * A latency histogram: `counts[i]` calls took at most `bounds[i]` seconds and more than `bounds[i-1]`;
+ * the last entry of `counts` (one longer than `bounds`) is the overflow. Not cumulative.
+ */
+export interface HistogramData {
+  bounds: number[];
+  counts: number[];
+  sumSeconds: number;
+}
+
+export interface FrontendCounters {
+  connectionsAccepted: number;
+  connectionsRefused: number;
+  connectionsClosed: number;
+  /** Gauge. */
+  connectionsOpen: number;
+  bytesIn: number;
+  bytesOut: number;
+  recordsIn: number;
+  recordsOut: number;
+  /** Gauge: calls dispatched and not yet answered. */
+  callsInFlight: number;
+  readPauses: number;
+  writeBlocks: number;
+  repliesDropped: number;
+  /** Closed connections by close reason code. */
+  closes: Record<string, number>;
+  /** Record-marking, socket and handler errors by code. */
+  errors: Record<string, number>;
+}
+
+export interface RpcCallCount {
+  program: number;
+  version: number;
+  procedure: number;
+  count: number;
+}
+
+/** What the router counts; every field optional so a gateway may grow into it. */
+export interface RpcCounters {
+  /** Calls taken from clients and replies returned, whatever the program. */
+  callsTotal: number;
+  repliesTotal: number;
+  /** By program / version / procedure, when the router counts them (empty otherwise). */
+  calls: RpcCallCount[];
+  /** Replies by status: `success`, `prog_unavail`, `garbage_args`, `denied`, ... */
+  replies: Record<string, number>;
+  /** Calls by class: `inline`, `read_chunk`, `long` (Position-Zero Read chunk), `reply_chunk`, ... */
+  callsByClass: Record<string, number>;
+  /** Gauge. */
+  inFlight: number;
+  /** Calls that waited for a credit. */
+  creditStalls?: number;
+  latency?: HistogramData;
+  backchannelCalls?: number;
+  backchannelReplies?: number;
+  /** Other router events by name (retransmits, hold time expired, malformed records, ...). */
+  events: Record<string, number>;
+}
+
+/** Counters of one RDMA connection slot (summed over the connections that occupied it). */
+export interface UpstreamCounters {
+  id: number;
+  peer: string;
+  callsSent: number;
+  repliesReceived: number;
+  callsReceived: number;
+  repliesSent: number;
+  inlineCalls: number;
+  readChunkCalls: number;
+  longCalls: number;
+  longReplies: number;
+  rdmaReads: number;
+  rdmaWrites: number;
+  rdmaReadBytes?: number;
+  rdmaWriteBytes?: number;
+  bytesSent: number;
+  bytesReceived: number;
+  localInvalidations: number;
+  remoteInvalidations: number;
+  registrations: number;
+  retries: number;
+  droppedMessages: number;
+  /** RPC-over-RDMA errors by code (`ERR_VERS`, `ERR_CHUNK`, ...) and direction. */
+  errorsSent: Record<string, number>;
+  errorsReceived: Record<string, number>;
+  connects?: number;
+  reconnects: number;
+  /** Disconnects by reason code, when the pool counts them. */
+  disconnects?: Record<string, number>;
+  /** Gauges. */
+  creditsGranted: number;
+  creditsInUse: number;
+  queued: number;
+}
+
+export interface GatewayCounters {
+  frontend: FrontendCounters;
+  rpc: RpcCounters;
+  upstreams: UpstreamCounters[];
+}
+
+/** The outcome of a property change request on one connection (RESPPROP subsets by name). */
+export interface PropertyRequestOutcome {
+  upstream: number;
+  peer: string;
+  done: PropertyName[];
+  rejected: PropertyName[];
+  pending: PropertyName[];
+  /** Set when the request could not be made or failed (no Version 2, no extensions, connection lost). */
+  error: { code: string; message: string } | null;
+}
+
+export interface LocalPropertyOutcome {
+  upstream: number;
+  /** `announced`: in effect and announced; `pending`: announced once every Receive has the new size. */
+  status: 'announced' | 'pending' | 'unchanged' | 'failed';
+  error: { code: string; message: string } | null;
+}
+
+export interface DrainStatus {
+  draining: boolean;
+  /** Calls still in flight across all clients. */
+  callsInFlight: number;
+}
+
+export type UpstreamAction = 'offline' | 'online' | 'reconnect';
+
+export interface GatewayControl {
+  serverInfo(): ServerInfo;
+  readiness(): ReadinessFacts;
+  properties(): PropertiesView;
+  upstreams(): UpstreamInfo[];
+  clients(): ClientInfo[];
+  counters(): GatewayCounters;
+  /** The effective configuration in file syntax, secrets already replaced by `***`. */
+  config(): Record<string, unknown>;
+  logLevel(): LogLevelName;
+
+  /**
+   * Asks the peer of each selected connection (all ready ones when `upstream` is undefined) to change ITS
+   * properties (REQPROP → RESPPROP). Resolves once every peer answered.
+   */
+  requestPeerProperties(values: PropertyValues, upstream?: number): Promise<PropertyRequestOutcome[]>;
+  /** Changes our own properties and announces them to the peers (UPDPROP). */
+  setLocalProperties(values: PropertyValues, upstream?: number): Promise<LocalPropertyOutcome[]>;
+  /** Throws `ControlError` `ERR_CONTROL_NOT_FOUND` for an unknown id. */
+  upstreamAction(id: number, action: UpstreamAction): Promise<UpstreamInfo>;
+  /** Closes one TCP client; false when there is no such client. */
+  closeClient(id: number, reason: string): boolean;
+  /**
+   * Marks the gateway draining: readiness fails so that load balancers send no new clients, calls in
+   * flight finish. Idempotent; `cancelDrain` undoes it.
+   */
+  drain(): DrainStatus;
+  cancelDrain(): DrainStatus;
+  setLogLevel(level: LogLevelName): void;
+}

@@ -1,0 +1,443 @@
+/**
+ * `/metrics`: the Prometheus text exposition format (version 0.0.4).
+ *
+ * The gateway's counters are pulled from `GatewayControl.counters()` at scrape time and written here —
+ * nothing is pushed into a client library on the hot path. Conventions (prometheus.io/docs/practices/
+ * naming): base units (seconds, bytes), `_total` on counters, one `# HELP` / `# TYPE` per family with all
+ * its samples together, and bounded labels only: per RDMA connection slot (`upstream`, a small fixed set)
+ * and per code / reason / class, never per TCP client (clients come and go without bound). The standard
+ * process and Node.js metrics (`process_cpu_seconds_total`, `nodejs_eventloop_lag_seconds`, ...) come from
+ * prom-client's default collectors on a private registry.
+ */
+import { collectDefaultMetrics, Registry } from 'prom-client';
+import type { GatewayCounters, ServerInfo, UpstreamCounters, UpstreamInfo } from './control.js';
+import type { ReadinessVerdict } from './readiness.js';
+
+export const METRICS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
+const P = 'rpcrdma_gateway_';
+
+type Labels = Record<string, string | number>;
+type MetricType = 'counter' | 'gauge' | 'histogram';
+
+/** Escapes a label value: backslash, double quote and line feed (exposition format). */
+export function escapeLabelValue(v: string): string {
+  return v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n');
+}
+
+function escapeHelp(v: string): string {
+  return v.replace(/\\/g, '\\\\').replace(/\n/g, '\\n');
+}
+
+function formatValue(v: number): string {
+  if (Number.isNaN(v)) return 'NaN';
+  if (v === Number.POSITIVE_INFINITY) return '+Inf';
+  if (v === Number.NEGATIVE_INFINITY) return '-Inf';
+  return String(v);
+}
+
+function formatLabels(labels: Labels | undefined): string {
+  if (!labels) return '';
+  const parts: string[] = [];
+  for (const [k, v] of Object.entries(labels)) parts.push(`${k}="${escapeLabelValue(String(v))}"`);
+  return parts.length ? `{${parts.join(',')}}` : '';
+}
+
+/** Accumulates families; each `family()` call writes HELP, TYPE and every sample of that family. */
+export class ExpositionWriter {
+  private readonly lines: string[] = [];
+
+  family(
+    name: string,
+    type: MetricType,
+    help: string,
+    samples: Iterable<[Labels | undefined, number]>,
+  ): void {
+    this.lines.push(`# HELP ${name} ${escapeHelp(help)}`, `# TYPE ${name} ${type}`);
+    for (const [labels, value] of samples)
+      this.lines.push(`${name}${formatLabels(labels)} ${formatValue(value)}`);
+  }
+
+  histogram(
+    name: string,
+    help: string,
+    labels: Labels,
+    h: { bounds: number[]; counts: number[]; sumSeconds: number },
+  ): void {
+    this.lines.push(`# HELP ${name} ${escapeHelp(help)}`, `# TYPE ${name} histogram`);
+    let cumulative = 0;
+    for (let i = 0; i < h.bounds.length; i++) {
+      cumulative += h.counts[i] ?? 0;
+      this.lines.push(
+        `${name}_bucket${formatLabels({ ...labels, le: formatValue(h.bounds[i]) })} ${cumulative}`,
+      );
+    }
+    cumulative += h.counts[h.bounds.length] ?? 0;
+    this.lines.push(`${name}_bucket${formatLabels({ ...labels, le: '+Inf' })} ${cumulative}`);
+    this.lines.push(`${name}_sum${formatLabels(labels)} ${formatValue(h.sumSeconds)}`);
+    this.lines.push(`${name}_count${formatLabels(labels)} ${cumulative}`);
+  }
+
+  toString(): string {
+    return this.lines.length ? `${this.lines.join('\n')}\n` : '';
+  }
+}
+
+function* single(v: number): Iterable<[Labels | undefined, number]> {
+  yield [undefined, v];
+}
+
+function* table(label: string, t: Record<string, number>, extra: Labels = {}): Iterable<[Labels, number]> {
+  for (const [k, v] of Object.entries(t)) yield [{ ...extra, [label]: k }, v];
+}
+
+function* perUpstream(
+  ups: readonly UpstreamCounters[],
+  pick: (u: UpstreamCounters) => number | undefined,
+): Iterable<[Labels, number]> {
+  for (const u of ups) {
+    const v = pick(u);
+    if (v !== undefined) yield [{ upstream: u.id, peer: u.peer }, v];
+  }
+}
+
+export interface MetricsInput {
+  counters: GatewayCounters;
+  upstreams: UpstreamInfo[];
+  info: ServerInfo;
+  readiness: ReadinessVerdict;
+}
+
+/** The gateway's own families (everything except the process metrics). */
+export function renderGatewayMetrics({ counters, upstreams, info, readiness }: MetricsInput): string {
+  const w = new ExpositionWriter();
+  const { frontend: f, rpc, upstreams: ups } = counters;
+
+  w.family(`${P}info`, 'gauge', 'Build and runtime information (always 1).', [
+    [{ version: info.version, node: info.node, role: info.role, provider: info.provider }, 1],
+  ]);
+  w.family(
+    `${P}start_time_seconds`,
+    'gauge',
+    'When the gateway started, seconds since the epoch.',
+    single(info.startedAt / 1000),
+  );
+  w.family(`${P}ready`, 'gauge', '1 when /readyz answers 200.', single(readiness.ready ? 1 : 0));
+
+  // TCP frontend
+  w.family(
+    `${P}tcp_connections_accepted_total`,
+    'counter',
+    'TCP client connections accepted.',
+    single(f.connectionsAccepted),
+  );
+  w.family(
+    `${P}tcp_connections_refused_total`,
+    'counter',
+    'TCP client connections refused (connection limit).',
+    single(f.connectionsRefused),
+  );
+  w.family(
+    `${P}tcp_connections_closed_total`,
+    'counter',
+    'TCP client connections closed, by reason code.',
+    table('reason', f.closes),
+  );
+  w.family(
+    `${P}tcp_connections_open`,
+    'gauge',
+    'TCP client connections open now.',
+    single(f.connectionsOpen),
+  );
+  w.family(`${P}tcp_received_bytes_total`, 'counter', 'Bytes received from TCP clients.', single(f.bytesIn));
+  w.family(`${P}tcp_sent_bytes_total`, 'counter', 'Bytes sent to TCP clients.', single(f.bytesOut));
+  w.family(
+    `${P}tcp_records_received_total`,
+    'counter',
+    'RPC records (record-marking) received from clients.',
+    single(f.recordsIn),
+  );
+  w.family(`${P}tcp_records_sent_total`, 'counter', 'RPC records sent to clients.', single(f.recordsOut));
+  w.family(
+    `${P}tcp_read_pauses_total`,
+    'counter',
+    'Times reading a client socket was paused (backpressure).',
+    single(f.readPauses),
+  );
+  w.family(
+    `${P}tcp_write_blocks_total`,
+    'counter',
+    'Times a client socket stopped draining.',
+    single(f.writeBlocks),
+  );
+  w.family(
+    `${P}tcp_replies_dropped_total`,
+    'counter',
+    'Replies not written because the client had gone.',
+    single(f.repliesDropped),
+  );
+  w.family(
+    `${P}tcp_errors_total`,
+    'counter',
+    'TCP-side errors (record marking, socket, handler), by reason code.',
+    table('reason', f.errors),
+  );
+
+  // RPC (router)
+  w.family(
+    `${P}rpc_calls_received_total`,
+    'counter',
+    'RPC calls taken from TCP clients.',
+    single(rpc.callsTotal),
+  );
+  w.family(
+    `${P}rpc_replies_returned_total`,
+    'counter',
+    'RPC replies returned to TCP clients.',
+    single(rpc.repliesTotal),
+  );
+  w.family(
+    `${P}router_events_total`,
+    'counter',
+    'Router events (retransmits, hold expiries, malformed records, ...), by event.',
+    table('event', rpc.events),
+  );
+  w.family(
+    `${P}rpc_calls_total`,
+    'counter',
+    'RPC calls forwarded, by program, version and procedure.',
+    rpc.calls.map((c): [Labels, number] => [
+      { program: c.program, version: c.version, procedure: c.procedure },
+      c.count,
+    ]),
+  );
+  w.family(
+    `${P}rpc_replies_total`,
+    'counter',
+    'RPC replies returned to clients, by status.',
+    table('status', rpc.replies),
+  );
+  w.family(
+    `${P}rpc_calls_in_flight`,
+    'gauge',
+    'RPC calls forwarded and not yet answered.',
+    single(rpc.inFlight),
+  );
+  if (rpc.creditStalls !== undefined)
+    w.family(
+      `${P}rpc_credit_stalls_total`,
+      'counter',
+      'Calls that had to wait for an RDMA credit.',
+      single(rpc.creditStalls),
+    );
+  if (rpc.latency)
+    w.histogram(
+      `${P}rpc_call_duration_seconds`,
+      'Time from a call received to its reply sent, seconds.',
+      {},
+      rpc.latency,
+    );
+  if (rpc.backchannelCalls !== undefined)
+    w.family(
+      `${P}backchannel_calls_total`,
+      'counter',
+      'Backchannel (callback) calls relayed from the server to clients.',
+      single(rpc.backchannelCalls),
+    );
+  if (rpc.backchannelReplies !== undefined)
+    w.family(
+      `${P}backchannel_replies_total`,
+      'counter',
+      'Backchannel replies relayed from clients to the server.',
+      single(rpc.backchannelReplies),
+    );
+
+  // RDMA connections (labels: upstream slot and peer — a small fixed set)
+  w.family(
+    `${P}rdma_connection_ready`,
+    'gauge',
+    '1 when the RDMA connection slot holds a negotiated connection.',
+    upstreams.map((u): [Labels, number] => [{ upstream: u.id, peer: u.peer }, u.state === 'ready' ? 1 : 0]),
+  );
+  w.family(
+    `${P}rdma_protocol_version`,
+    'gauge',
+    'Negotiated RPC-over-RDMA version (0 before negotiation).',
+    upstreams.map((u): [Labels, number] => [{ upstream: u.id, peer: u.peer }, u.version]),
+  );
+  w.family(
+    `${P}rdma_credits_granted`,
+    'gauge',
+    'Credits the peer grants us.',
+    perUpstream(ups, (u) => u.creditsGranted),
+  );
+  w.family(
+    `${P}rdma_credits_in_use`,
+    'gauge',
+    'Credits in use (calls sent, not answered).',
+    perUpstream(ups, (u) => u.creditsInUse),
+  );
+  w.family(
+    `${P}rdma_calls_queued`,
+    'gauge',
+    'Calls waiting for a credit.',
+    perUpstream(ups, (u) => u.queued),
+  );
+  w.family(
+    `${P}rdma_calls_sent_total`,
+    'counter',
+    'RPC calls sent on the RDMA connection.',
+    perUpstream(ups, (u) => u.callsSent),
+  );
+  w.family(
+    `${P}rdma_replies_received_total`,
+    'counter',
+    'RPC replies received.',
+    perUpstream(ups, (u) => u.repliesReceived),
+  );
+  w.family(
+    `${P}rdma_calls_received_total`,
+    'counter',
+    'RPC calls received (responder role, backchannel).',
+    perUpstream(ups, (u) => u.callsReceived),
+  );
+  w.family(
+    `${P}rdma_replies_sent_total`,
+    'counter',
+    'RPC replies sent.',
+    perUpstream(ups, (u) => u.repliesSent),
+  );
+  w.family(
+    `${P}rdma_calls_by_class_total`,
+    'counter',
+    'Calls sent, by how they were conveyed: inline, with a Read chunk, or long (Position-Zero Read chunk).',
+    (function* () {
+      for (const u of ups) {
+        const l = { upstream: u.id, peer: u.peer };
+        yield [{ ...l, class: 'inline' }, u.inlineCalls] as [Labels, number];
+        yield [{ ...l, class: 'read_chunk' }, u.readChunkCalls] as [Labels, number];
+        yield [{ ...l, class: 'long' }, u.longCalls] as [Labels, number];
+      }
+    })(),
+  );
+  w.family(
+    `${P}rdma_long_replies_total`,
+    'counter',
+    'Replies conveyed in a Reply chunk.',
+    perUpstream(ups, (u) => u.longReplies),
+  );
+  w.family(
+    `${P}rdma_reads_total`,
+    'counter',
+    'RDMA Read operations.',
+    perUpstream(ups, (u) => u.rdmaReads),
+  );
+  w.family(
+    `${P}rdma_writes_total`,
+    'counter',
+    'RDMA Write operations.',
+    perUpstream(ups, (u) => u.rdmaWrites),
+  );
+  if (ups.some((u) => u.rdmaReadBytes !== undefined))
+    w.family(
+      `${P}rdma_read_bytes_total`,
+      'counter',
+      'Bytes moved by RDMA Read.',
+      perUpstream(ups, (u) => u.rdmaReadBytes),
+    );
+  if (ups.some((u) => u.rdmaWriteBytes !== undefined))
+    w.family(
+      `${P}rdma_write_bytes_total`,
+      'counter',
+      'Bytes moved by RDMA Write.',
+      perUpstream(ups, (u) => u.rdmaWriteBytes),
+    );
+  w.family(
+    `${P}rdma_sent_bytes_total`,
+    'counter',
+    'Bytes sent in RDMA Sends.',
+    perUpstream(ups, (u) => u.bytesSent),
+  );
+  w.family(
+    `${P}rdma_received_bytes_total`,
+    'counter',
+    'Bytes received in RDMA Receives.',
+    perUpstream(ups, (u) => u.bytesReceived),
+  );
+  w.family(
+    `${P}rdma_registrations_total`,
+    'counter',
+    'Memory registrations for chunks.',
+    perUpstream(ups, (u) => u.registrations),
+  );
+  w.family(
+    `${P}rdma_invalidations_total`,
+    'counter',
+    'Memory invalidations, local (Local Invalidate) or remote (Send With Invalidate).',
+    (function* () {
+      for (const u of ups) {
+        yield [{ upstream: u.id, peer: u.peer, kind: 'local' }, u.localInvalidations] as [Labels, number];
+        yield [{ upstream: u.id, peer: u.peer, kind: 'remote' }, u.remoteInvalidations] as [Labels, number];
+      }
+    })(),
+  );
+  w.family(
+    `${P}rdma_retries_total`,
+    'counter',
+    'Calls resent with more resources after a resource error.',
+    perUpstream(ups, (u) => u.retries),
+  );
+  w.family(
+    `${P}rdma_dropped_messages_total`,
+    'counter',
+    'Received messages dropped (unknown XID, stale).',
+    perUpstream(ups, (u) => u.droppedMessages),
+  );
+  w.family(
+    `${P}rdma_errors_total`,
+    'counter',
+    'RPC-over-RDMA error messages, by direction and code.',
+    (function* () {
+      for (const u of ups) {
+        const l = { upstream: u.id, peer: u.peer };
+        yield* table('code', u.errorsSent, { ...l, direction: 'sent' });
+        yield* table('code', u.errorsReceived, { ...l, direction: 'received' });
+      }
+    })(),
+  );
+  if (ups.some((u) => u.connects !== undefined))
+    w.family(
+      `${P}rdma_connects_total`,
+      'counter',
+      'RDMA connections established.',
+      perUpstream(ups, (u) => u.connects),
+    );
+  w.family(
+    `${P}rdma_reconnects_total`,
+    'counter',
+    'RDMA reconnections after a loss.',
+    perUpstream(ups, (u) => u.reconnects),
+  );
+  w.family(
+    `${P}rdma_disconnects_total`,
+    'counter',
+    'RDMA disconnections, by reason.',
+    (function* () {
+      for (const u of ups)
+        if (u.disconnects) yield* table('reason', u.disconnects, { upstream: u.id, peer: u.peer });
+    })(),
+  );
+  return w.toString();
+}
+
+/** Process and Node.js metrics of this process, on a registry of its own. */
+export class ProcessMetrics {
+  private readonly registry = new Registry();
+
+  constructor() {
+    collectDefaultMetrics({ register: this.registry });
+  }
+
+  async render(): Promise<string> {
+    return this.registry.metrics();
+  }
+}

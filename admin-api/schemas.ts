@@ -1,0 +1,298 @@
+/**
+ * JSON Schemas (typebox) of every request and response of the admin API. Fastify validates requests with
+ * them and serialises responses through them (fast-json-stringify), so a field that is not in a response
+ * schema never leaves the process — one more guard against echoing a secret. The same schemas make the
+ * OpenAPI document (OpenAPI 3.1, i.e. JSON Schema 2020-12 vocabulary).
+ */
+import { type Static, Type } from 'typebox';
+import { PROPERTY_NAMES } from './control.js';
+
+const Int = (description?: string) => Type.Integer({ minimum: 0, description });
+const Counts = (description: string) =>
+  Type.Record(Type.String(), Type.Integer({ minimum: 0 }), { description });
+
+export const ErrorBody = Type.Object(
+  {
+    code: Type.String({ description: 'Stable error code, e.g. ERR_ADMIN_UNAUTHORIZED' }),
+    message: Type.String(),
+    details: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
+  },
+  { description: 'An error' },
+);
+
+export const Ok = Type.Object({ status: Type.Literal('ok') });
+
+export const Readiness = Type.Object({
+  ready: Type.Boolean(),
+  /** Why not ready (null when ready). */
+  reason: Type.Union([Type.String(), Type.Null()]),
+  checks: Type.Object({
+    listenerBound: Type.Boolean(),
+    upstreamsReady: Int('RDMA connections established'),
+    draining: Type.Boolean(),
+    state: Type.String(),
+  }),
+});
+
+const State = Type.Union(
+  ['starting', 'running', 'draining', 'stopping', 'stopped'].map((s) => Type.Literal(s)),
+);
+
+export const ServerInfo = Type.Object({
+  version: Type.String(),
+  node: Type.String(),
+  role: Type.Union([Type.Literal('gateway'), Type.Literal('responder')]),
+  provider: Type.String(),
+  devices: Type.Array(Type.String()),
+  state: State,
+  startedAt: Type.String({ format: 'date-time' }),
+  uptimeSeconds: Type.Number({ minimum: 0 }),
+  listening: Type.Array(Type.String()),
+  peer: Type.String(),
+});
+
+const PropertyName = Type.Union(PROPERTY_NAMES.map((n) => Type.Literal(n)));
+
+/** Property values by name: RBSIZ in bytes (a multiple of 1 KiB up to 16 MiB), BRS 0..2, booleans. */
+export const PropertyValues = Type.Object(
+  {
+    rbsiz: Type.Optional(Type.Integer({ minimum: 1024, maximum: 16 * 1024 * 1024, multipleOf: 1024 })),
+    brs: Type.Optional(Type.Integer({ minimum: 0, maximum: 2 })),
+    reqreminv: Type.Optional(Type.Boolean()),
+    rprc: Type.Optional(Type.Boolean()),
+  },
+  { additionalProperties: false, minProperties: 1 },
+);
+
+const Credits = Type.Object({
+  granted: Int('the peer grant'),
+  inUse: Int('calls sent and not answered'),
+  max: Int('the most we ask for'),
+  queued: Int('calls waiting for a credit'),
+});
+
+export const Properties = Type.Object({
+  local: Type.Object({
+    maxVersion: Int(),
+    rbsiz: Int('our Receive buffer size (bytes)'),
+    maxRbsiz: Int(),
+    sendSize: Int(),
+    credits: Int(),
+    reqreminv: Type.Boolean(),
+    rprc: Type.Boolean(),
+    extensions: Type.Boolean(),
+  }),
+  connections: Type.Array(
+    Type.Object({
+      upstream: Int(),
+      peer: Type.String(),
+      version: Int(),
+      peerProperties: Type.Object({
+        rbsiz: Type.Optional(Type.Integer()),
+        brs: Type.Optional(Type.Integer()),
+        reqreminv: Type.Optional(Type.Boolean()),
+        rprc: Type.Optional(Type.Boolean()),
+      }),
+      sendLimit: Int('inline threshold towards the peer (bytes)'),
+      recvSize: Int('inline threshold from the peer (bytes)'),
+      credits: Credits,
+      pendingAtPeer: Type.Array(PropertyName),
+      pendingForPeer: Type.Array(PropertyName),
+      peerSupportsExtensions: Type.Boolean(),
+    }),
+  ),
+});
+
+export const Upstream = Type.Object({
+  id: Int('pool slot, stable across reconnects'),
+  connectionId: Type.Union([Type.Integer(), Type.Null()]),
+  peer: Type.String(),
+  state: Type.Union(
+    ['connecting', 'negotiating', 'ready', 'backoff', 'closed', 'offline'].map((s) => Type.Literal(s)),
+  ),
+  version: Int(),
+  credits: Credits,
+  grant: Int(),
+  callsInFlight: Int(),
+  sendLimit: Int(),
+  recvSize: Int(),
+  remoteInvalidate: Type.Boolean(),
+  registrations: Type.Object({ inUse: Int(), registered: Int(), rekeys: Int() }),
+  reconnects: Int(),
+  connectAttempts: Int(),
+  lastError: Type.Union([Type.String(), Type.Null()]),
+});
+export const Upstreams = Type.Object({ upstreams: Type.Array(Upstream) });
+
+export const Client = Type.Object({
+  id: Int(),
+  remote: Type.String(),
+  local: Type.String(),
+  connectedAt: Type.String({ format: 'date-time' }),
+  callsInFlight: Int(),
+  bytesIn: Int(),
+  bytesOut: Int(),
+  recordsIn: Int(),
+  recordsOut: Int(),
+  paused: Type.Boolean(),
+  writeBlocked: Type.Boolean(),
+});
+export const Clients = Type.Object({ clients: Type.Array(Client) });
+
+const Histogram = Type.Object({
+  bounds: Type.Array(Type.Number()),
+  counts: Type.Array(Int()),
+  sumSeconds: Type.Number(),
+});
+
+export const Stats = Type.Object({
+  since: Type.String({ format: 'date-time', description: 'start, or the last counter reset' }),
+  frontend: Type.Optional(
+    Type.Object({
+      connectionsAccepted: Int(),
+      connectionsRefused: Int(),
+      connectionsClosed: Int(),
+      connectionsOpen: Int(),
+      bytesIn: Int(),
+      bytesOut: Int(),
+      recordsIn: Int(),
+      recordsOut: Int(),
+      callsInFlight: Int(),
+      readPauses: Int(),
+      writeBlocks: Int(),
+      repliesDropped: Int(),
+      closes: Counts('closed connections by reason code'),
+      errors: Counts('errors by code'),
+    }),
+  ),
+  rpc: Type.Optional(
+    Type.Object({
+      callsTotal: Int(),
+      repliesTotal: Int(),
+      calls: Type.Array(Type.Object({ program: Int(), version: Int(), procedure: Int(), count: Int() })),
+      replies: Counts('replies by status'),
+      callsByClass: Counts('calls by class'),
+      inFlight: Int(),
+      creditStalls: Type.Optional(Int()),
+      latency: Type.Optional(Histogram),
+      backchannelCalls: Type.Optional(Int()),
+      backchannelReplies: Type.Optional(Int()),
+      events: Counts('other router events by name'),
+    }),
+  ),
+  upstreams: Type.Optional(
+    Type.Array(
+      Type.Object({
+        id: Int(),
+        peer: Type.String(),
+        callsSent: Int(),
+        repliesReceived: Int(),
+        callsReceived: Int(),
+        repliesSent: Int(),
+        inlineCalls: Int(),
+        readChunkCalls: Int(),
+        longCalls: Int(),
+        longReplies: Int(),
+        rdmaReads: Int(),
+        rdmaWrites: Int(),
+        rdmaReadBytes: Type.Optional(Int()),
+        rdmaWriteBytes: Type.Optional(Int()),
+        bytesSent: Int(),
+        bytesReceived: Int(),
+        localInvalidations: Int(),
+        remoteInvalidations: Int(),
+        registrations: Int(),
+        retries: Int(),
+        droppedMessages: Int(),
+        errorsSent: Counts('RPC-over-RDMA errors sent, by code'),
+        errorsReceived: Counts('RPC-over-RDMA errors received, by code'),
+        connects: Type.Optional(Int()),
+        reconnects: Int(),
+        disconnects: Type.Optional(Counts('disconnects by reason')),
+        creditsGranted: Int(),
+        creditsInUse: Int(),
+        queued: Int(),
+      }),
+    ),
+  ),
+});
+
+export const StatsQuery = Type.Object(
+  {
+    section: Type.Optional(
+      Type.String({
+        description: 'Comma-separated sections to return: frontend, rpc, upstreams (default: all)',
+        pattern: '^(frontend|rpc|upstreams)(,(frontend|rpc|upstreams))*$',
+      }),
+    ),
+    upstream: Type.Optional(Type.Integer({ minimum: 0, description: 'Only this upstream slot' })),
+  },
+  { additionalProperties: false },
+);
+
+export const Config = Type.Record(Type.String(), Type.Unknown(), {
+  description: 'Effective configuration in file syntax; secrets are shown as ***',
+});
+
+export const IdParams = Type.Object({ id: Type.Integer({ minimum: 0 }) });
+
+export const PeerPropertyRequest = Type.Object(
+  {
+    properties: PropertyValues,
+    upstream: Type.Optional(
+      Type.Integer({ minimum: 0, description: 'One upstream slot (default: every ready one)' }),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+const ErrorRef = Type.Union([Type.Object({ code: Type.String(), message: Type.String() }), Type.Null()]);
+
+export const PeerPropertyResult = Type.Object({
+  results: Type.Array(
+    Type.Object({
+      upstream: Int(),
+      peer: Type.String(),
+      done: Type.Array(PropertyName),
+      rejected: Type.Array(PropertyName),
+      pending: Type.Array(PropertyName),
+      error: ErrorRef,
+    }),
+  ),
+});
+
+export const LocalPropertyRequest = PeerPropertyRequest;
+
+export const LocalPropertyResult = Type.Object({
+  results: Type.Array(
+    Type.Object({
+      upstream: Int(),
+      status: Type.Union(['announced', 'pending', 'unchanged', 'failed'].map((s) => Type.Literal(s))),
+      error: ErrorRef,
+    }),
+  ),
+});
+
+export const UpstreamActionBody = Type.Object(
+  { action: Type.Union([Type.Literal('offline'), Type.Literal('online'), Type.Literal('reconnect')]) },
+  { additionalProperties: false },
+);
+
+export const CloseClientBody = Type.Object(
+  { reason: Type.Optional(Type.String({ maxLength: 200 })) },
+  { additionalProperties: false },
+);
+
+export const Drain = Type.Object({ draining: Type.Boolean(), callsInFlight: Int() });
+
+export const LogLevelName = Type.Union(
+  ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((s) => Type.Literal(s)),
+);
+export const LogLevelBody = Type.Object({ level: LogLevelName }, { additionalProperties: false });
+export const LogLevel = Type.Object({ level: LogLevelName });
+
+export const ResetResult = Type.Object({ since: Type.String({ format: 'date-time' }) });
+
+export type TStats = Static<typeof Stats>;
+export type TStatsQuery = Static<typeof StatsQuery>;
+export type TPropertyValues = Static<typeof PropertyValues>;

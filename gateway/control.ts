@@ -1,0 +1,518 @@
+/**
+ * `GatewayControl` (admin-api/control.ts) on top of a running `Gateway`: a thin adapter from what the
+ * gateway already has — the frontend's counters and connections, the router's counters, the pool's slot
+ * snapshots and the transport's `ConnectionSnapshot`s — to the plain views the admin API reads, and the
+ * few actions it asks for. It holds no protocol logic; property changes go through the transport's own
+ * `requestProperties()` / `raiseReceiveSize()` (REQPROP / RESPPROP / UPDPROP, DESIGN §3).
+ *
+ * Per-slot counters stay monotonic across reconnects: a transport connection's counters start at zero, so
+ * the adapter adds the last values it saw of each earlier connection of the slot to the current one's.
+ * Increments between that last look and the disconnect are not seen (the pool does not hand us the dying
+ * connection's final counters); `/metrics` therefore never goes backwards, but may be a little low after a
+ * reconnect.
+ */
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Logger } from 'pino';
+import type {
+  ClientInfo,
+  DrainStatus,
+  GatewayControl,
+  GatewayCounters,
+  GatewayState,
+  LocalPropertyOutcome,
+  LogLevelName,
+  PeerPropertiesView,
+  PropertiesView,
+  PropertyName,
+  PropertyRequestOutcome,
+  PropertyValues,
+  ReadinessFacts,
+  ServerInfo,
+  UpstreamAction,
+  UpstreamCounters,
+  UpstreamInfo,
+} from '../admin-api/control.js';
+import { ControlError } from '../admin-api/errors.js';
+import { type AdminApi, createAdminApi } from '../admin-api/index.js';
+import { GatewayError } from '../common/errors.js';
+import {
+  RDMA2_PROPID_BRS,
+  RDMA2_PROPID_RBSIZ,
+  RDMA2_PROPID_REQREMINV,
+  RDMA2_PROPID_RPRC,
+} from '../rdma-backend/protocol/index.js';
+import type {
+  ConnectionCounters,
+  ConnectionSnapshot,
+  PoolSnapshot,
+  RpcRdmaConnection,
+} from '../rdma-backend/transport/index.js';
+import { formatHostPort } from '../tcp-frontend/address.js';
+import { configToPlain, type GatewayConfig } from './config.js';
+import type { Gateway } from './gateway.js';
+
+const ID_OF: Record<PropertyName, number> = {
+  rbsiz: RDMA2_PROPID_RBSIZ,
+  brs: RDMA2_PROPID_BRS,
+  reqreminv: RDMA2_PROPID_REQREMINV,
+  rprc: RDMA2_PROPID_RPRC,
+};
+const NAME_OF = new Map<number, PropertyName>(
+  Object.entries(ID_OF).map(([name, id]) => [id, name as PropertyName]),
+);
+
+function namesOf(ids: readonly number[]): PropertyName[] {
+  return ids.flatMap((id) => {
+    const n = NAME_OF.get(id);
+    return n ? [n] : [];
+  });
+}
+
+function packageVersion(): string {
+  const here = dirname(fileURLToPath(import.meta.url));
+  for (const up of [join(here, '..', '..', 'package.json'), join(here, '..', 'package.json')]) {
+    try {
+      return (JSON.parse(readFileSync(up, 'utf8')) as { version: string }).version;
+    } catch {
+      // try the next candidate (dist/gateway or the source tree)
+    }
+  }
+  return '0.0.0';
+}
+
+function errorRef(e: unknown): { code: string; message: string } {
+  if (e instanceof GatewayError) return { code: e.code, message: e.message };
+  return { code: 'ERR_CONTROL_FAILED', message: e instanceof Error ? e.message : String(e) };
+}
+
+export interface GatewayControlOptions {
+  config: GatewayConfig;
+  /** The gateway's root logger: `setLogLevel` changes it, and its children follow. */
+  logger: Logger;
+  /** Provider name and devices for /v1/server-info (default: derived from the provider choice). */
+  provider?: string;
+  devices?: string[];
+  version?: string;
+  startedAt?: number;
+}
+
+/** Counter fields summed across the connections a slot has had. */
+const SUMMED: readonly (keyof ConnectionCounters)[] = [
+  'callsSent',
+  'repliesReceived',
+  'callsReceived',
+  'repliesSent',
+  'errorsSent',
+  'errorsReceived',
+  'retries',
+  'inlineCalls',
+  'readChunkCalls',
+  'longCalls',
+  'longReplies',
+  'localInvalidations',
+  'remoteInvalidations',
+  'rdmaReads',
+  'rdmaWrites',
+  'droppedMessages',
+  'bytesSent',
+  'bytesReceived',
+];
+
+interface SlotHistory {
+  connectionId: number | null;
+  /** The last counters seen of the current connection, and the sum over the slot's earlier ones. */
+  last: Record<string, number>;
+  retired: Record<string, number>;
+}
+
+export class GatewayControlAdapter implements GatewayControl {
+  private draining = false;
+  private readonly startedAt: number;
+  private readonly version: string;
+  private readonly history = new Map<number, SlotHistory>();
+
+  constructor(
+    private readonly gateway: Gateway,
+    private readonly o: GatewayControlOptions,
+  ) {
+    this.startedAt = o.startedAt ?? Date.now();
+    this.version = o.version ?? packageVersion();
+  }
+
+  private state(): GatewayState {
+    if (this.draining) return 'draining';
+    return this.gateway.frontend.addresses().length > 0 ? 'running' : 'stopped';
+  }
+
+  serverInfo(): ServerInfo {
+    const peer = formatHostPort(this.gateway.peer.host, this.gateway.peer.port);
+    return {
+      version: this.version,
+      node: process.version,
+      role: 'gateway',
+      provider: this.o.provider ?? (/^soft/.test(this.gateway.providerReason) ? 'soft' : 'native'),
+      devices: this.o.devices ?? [],
+      state: this.state(),
+      startedAt: this.startedAt,
+      listening: this.gateway.frontend.addresses().map((a) => formatHostPort(a.host, a.port)),
+      peer: this.gateway.embedded ? `embedded (${peer})` : peer,
+    };
+  }
+
+  readiness(): ReadinessFacts {
+    return {
+      listenerBound: this.gateway.frontend.addresses().length > 0,
+      upstreamsReady: this.gateway.pool.snapshot().ready,
+      draining: this.draining,
+      state: this.state(),
+    };
+  }
+
+  properties(): PropertiesView {
+    const c = this.o.config.rdma;
+    const opts = this.gateway.pool.connections()[0]?.opts;
+    const connections: PeerPropertiesView[] = [];
+    for (const s of this.gateway.pool.snapshot().slots) {
+      const cs = s.connection;
+      if (!cs) continue;
+      const peerProperties: PropertyValues = {};
+      for (const [id, value] of Object.entries(cs.properties.peer)) {
+        const name = NAME_OF.get(Number(id));
+        if (name && (typeof value === 'number' || typeof value === 'boolean')) peerProperties[name] = value;
+      }
+      connections.push({
+        upstream: s.index,
+        peer: cs.peer,
+        version: cs.version,
+        peerProperties,
+        sendLimit: cs.sendLimit,
+        recvSize: cs.recvSize,
+        credits: creditView(cs),
+        pendingAtPeer: namesOf(cs.properties.pendingAtPeer),
+        pendingForPeer: namesOf(cs.properties.pendingForPeer),
+        peerSupportsExtensions: cs.properties.peerSupportsExtensions,
+      });
+    }
+    return {
+      local: {
+        maxVersion: opts?.maxVersion ?? c.protocolVersion,
+        rbsiz: opts?.recvSize ?? c.inlineReceive,
+        maxRbsiz: opts?.maxRecvSize ?? c.inlineReceive,
+        sendSize: opts?.sendSize ?? c.inlineSend,
+        credits: opts?.credits ?? c.credits,
+        reqreminv: opts?.acceptRemoteInvalidate ?? true,
+        rprc: opts?.rprc ?? true,
+        extensions: opts?.extensions ?? true,
+      },
+      connections,
+    };
+  }
+
+  upstreams(): UpstreamInfo[] {
+    return this.gateway.pool.snapshot().slots.map((s) => upstreamInfo(this.gateway.pool.snapshot().peer, s));
+  }
+
+  clients(): ClientInfo[] {
+    const out: ClientInfo[] = [];
+    for (const c of this.gateway.frontend.connections) {
+      out.push({
+        id: c.id,
+        remote: formatHostPort(c.remoteAddress, c.remotePort),
+        local: formatHostPort(c.localAddress, c.localPort),
+        connectedAt: c.openedAt,
+        callsInFlight: c.inFlight,
+        bytesIn: c.bytesIn,
+        bytesOut: c.bytesOut,
+        recordsIn: c.recordsIn,
+        recordsOut: c.recordsOut,
+        paused: c.readPaused,
+        writeBlocked: c.writeBlocked,
+      });
+    }
+    return out;
+  }
+
+  counters(): GatewayCounters {
+    const f = this.gateway.frontend.stats;
+    const r = this.gateway.router.snapshot();
+    const pool = this.gateway.pool.snapshot();
+    return {
+      frontend: {
+        connectionsAccepted: f.connectionsAccepted,
+        connectionsRefused: f.connectionsRefused,
+        connectionsClosed: f.connectionsClosed,
+        connectionsOpen: f.connectionsOpen,
+        bytesIn: f.bytesIn,
+        bytesOut: f.bytesOut,
+        recordsIn: f.recordsIn,
+        recordsOut: f.recordsOut,
+        callsInFlight: f.callsInFlight,
+        readPauses: f.readPauses,
+        writeBlocks: f.writeBlocks,
+        repliesDropped: f.repliesDropped,
+        closes: { ...f.closes },
+        errors: { ...f.errors },
+      },
+      rpc: {
+        callsTotal: r.calls,
+        repliesTotal: r.replies,
+        calls: [],
+        replies: {},
+        callsByClass: {},
+        inFlight: r.inFlight,
+        events: {
+          retransmits: r.retransmits,
+          orphaned_replies: r.orphanedReplies,
+          dropped_queued: r.droppedQueued,
+          hold_expired: r.holdExpired,
+          refused: r.refused,
+          malformed: r.malformed,
+          backchannel_replies_dropped: r.backchannelRepliesDropped,
+          ulb_unknown: r.ulbUnknown,
+          ulb_partial: r.ulbPartial,
+          gss_xid_collisions: r.gssXidCollisions,
+        },
+      },
+      upstreams: pool.slots.map((s) => this.slotCounters(pool.peer, s)),
+    };
+  }
+
+  private slotCounters(peer: string, s: PoolSnapshot['slots'][number]): UpstreamCounters {
+    const cs = s.connection;
+    let h = this.history.get(s.index);
+    if (!h) {
+      h = { connectionId: null, last: {}, retired: {} };
+      this.history.set(s.index, h);
+    }
+    const id = cs?.id ?? null;
+    if (h.connectionId !== null && h.connectionId !== id) {
+      for (const k of [...SUMMED, 'registrations']) h.retired[k] = (h.retired[k] ?? 0) + (h.last[k] ?? 0);
+      h.last = {};
+    }
+    h.connectionId = id ?? h.connectionId;
+    if (cs) {
+      for (const k of SUMMED) h.last[k] = cs.counters[k];
+      h.last.registrations = cs.registrations.registered;
+    }
+    const v = (k: keyof ConnectionCounters) => (h.retired[k] ?? 0) + (cs ? cs.counters[k] : 0);
+    return {
+      id: s.index,
+      peer: cs?.peer ?? peer,
+      callsSent: v('callsSent'),
+      repliesReceived: v('repliesReceived'),
+      callsReceived: v('callsReceived'),
+      repliesSent: v('repliesSent'),
+      inlineCalls: v('inlineCalls'),
+      readChunkCalls: v('readChunkCalls'),
+      longCalls: v('longCalls'),
+      longReplies: v('longReplies'),
+      rdmaReads: v('rdmaReads'),
+      rdmaWrites: v('rdmaWrites'),
+      bytesSent: v('bytesSent'),
+      bytesReceived: v('bytesReceived'),
+      localInvalidations: v('localInvalidations'),
+      remoteInvalidations: v('remoteInvalidations'),
+      registrations: (cs?.registrations.registered ?? 0) + (h.retired.registrations ?? 0),
+      retries: v('retries'),
+      droppedMessages: v('droppedMessages'),
+      // The transport counts RPC-over-RDMA errors without their code yet.
+      errorsSent: { unclassified: v('errorsSent') },
+      errorsReceived: { unclassified: v('errorsReceived') },
+      reconnects: s.reconnects,
+      creditsGranted: cs?.credits.granted ?? 0,
+      creditsInUse: cs?.credits.outstanding ?? 0,
+      queued: cs?.credits.queued ?? 0,
+    };
+  }
+
+  config(): Record<string, unknown> {
+    return configToPlain(this.o.config);
+  }
+
+  logLevel(): LogLevelName {
+    return this.o.logger.level as LogLevelName;
+  }
+
+  setLogLevel(level: LogLevelName): void {
+    // pino children created without a level of their own follow their parent's level.
+    this.o.logger.level = level;
+  }
+
+  /** The live connections of the chosen slots (all when `upstream` is undefined). */
+  private selected(upstream: number | undefined): { index: number; conn: RpcRdmaConnection | null }[] {
+    const slots = this.gateway.pool.snapshot().slots;
+    if (upstream !== undefined && !slots.some((s) => s.index === upstream)) {
+      throw new ControlError('ERR_CONTROL_NOT_FOUND', `no upstream ${upstream}`, { upstream });
+    }
+    const live = new Map(this.gateway.pool.connections().map((c) => [c.id, c]));
+    return slots
+      .filter((s) => upstream === undefined || s.index === upstream)
+      .map((s) => ({ index: s.index, conn: s.connection ? (live.get(s.connection.id) ?? null) : null }));
+  }
+
+  async requestPeerProperties(values: PropertyValues, upstream?: number): Promise<PropertyRequestOutcome[]> {
+    const want = Object.entries(values).map(([name, value]) => ({ id: ID_OF[name as PropertyName], value }));
+    const peer = this.gateway.pool.snapshot().peer;
+    return Promise.all(
+      this.selected(upstream).map(async ({ index, conn }): Promise<PropertyRequestOutcome> => {
+        const base = { upstream: index, peer: conn?.peerKey ?? peer, done: [], rejected: [], pending: [] };
+        if (!conn)
+          return { ...base, error: { code: 'ERR_CONTROL_CONFLICT', message: 'no connection in this slot' } };
+        try {
+          const d = await conn.requestProperties(want);
+          return {
+            ...base,
+            done: namesOf(d.done),
+            rejected: namesOf(d.rejected),
+            pending: namesOf(d.pending),
+            error: null,
+          };
+        } catch (e) {
+          return { ...base, error: errorRef(e) };
+        }
+      }),
+    );
+  }
+
+  async setLocalProperties(values: PropertyValues, upstream?: number): Promise<LocalPropertyOutcome[]> {
+    const names = Object.keys(values) as PropertyName[];
+    const unsupported = names.filter((n) => n !== 'rbsiz');
+    if (unsupported.length > 0) {
+      throw new ControlError(
+        'ERR_CONTROL_UNSUPPORTED',
+        `only rbsiz (our Receive buffer size) can be changed at run time, not ${unsupported.join(', ')}`,
+        { unsupported },
+      );
+    }
+    const bytes = values.rbsiz as number;
+    return this.selected(upstream).map(({ index, conn }): LocalPropertyOutcome => {
+      if (!conn) {
+        return {
+          upstream: index,
+          status: 'failed',
+          error: { code: 'ERR_CONTROL_CONFLICT', message: 'no connection' },
+        };
+      }
+      if (conn.snapshot().recvSize === bytes) return { upstream: index, status: 'unchanged', error: null };
+      try {
+        // Announced with UPDPROP once every posted Receive has the new size (xcharext 003).
+        conn.raiseReceiveSize(bytes);
+        return { upstream: index, status: 'pending', error: null };
+      } catch (e) {
+        return { upstream: index, status: 'failed', error: errorRef(e) };
+      }
+    });
+  }
+
+  async upstreamAction(id: number, action: UpstreamAction): Promise<UpstreamInfo> {
+    const [slot] = this.selected(id);
+    if (action !== 'reconnect') {
+      throw new ControlError(
+        'ERR_CONTROL_UNSUPPORTED',
+        `taking an RDMA connection slot ${action} needs pool support that has not landed`,
+        { upstream: id, action },
+      );
+    }
+    if (!slot.conn) {
+      throw new ControlError('ERR_CONTROL_CONFLICT', `upstream ${id} has no connection to reconnect`, {
+        upstream: id,
+      });
+    }
+    // The pool sees the close, fails the calls in flight as retransmittable (the router resends them on
+    // another connection) and reconnects the slot with its back-off.
+    slot.conn.close('reconnect requested through the admin API');
+    const pool = this.gateway.pool.snapshot();
+    return upstreamInfo(pool.peer, pool.slots[id]);
+  }
+
+  closeClient(id: number, reason: string): boolean {
+    for (const c of this.gateway.frontend.connections) {
+      if (c.id === id) {
+        c.close('CLOSED_BY_ADMIN', reason);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  drain(): DrainStatus {
+    this.draining = true;
+    return { draining: true, callsInFlight: this.gateway.frontend.stats.callsInFlight };
+  }
+
+  cancelDrain(): DrainStatus {
+    this.draining = false;
+    return { draining: false, callsInFlight: this.gateway.frontend.stats.callsInFlight };
+  }
+}
+
+function creditView(cs: ConnectionSnapshot) {
+  return {
+    granted: cs.credits.granted,
+    inUse: cs.credits.outstanding,
+    max: cs.credits.max,
+    queued: cs.credits.queued,
+  };
+}
+
+function upstreamInfo(peer: string, s: PoolSnapshot['slots'][number]): UpstreamInfo {
+  const cs = s.connection;
+  return {
+    id: s.index,
+    connectionId: cs?.id ?? null,
+    peer: cs?.peer ?? peer,
+    state: s.state,
+    version: cs?.version ?? 0,
+    credits: cs ? creditView(cs) : { granted: 0, inUse: 0, max: 0, queued: 0 },
+    grant: cs?.grant ?? 0,
+    callsInFlight: cs?.credits.outstanding ?? 0,
+    sendLimit: cs?.sendLimit ?? 0,
+    recvSize: cs?.recvSize ?? 0,
+    remoteInvalidate: cs?.remoteInvalidateOk ?? false,
+    registrations: cs?.registrations ?? { inUse: 0, registered: 0, rekeys: 0 },
+    reconnects: s.reconnects,
+    connectAttempts: s.attempts,
+    lastError: s.lastError === '' ? null : s.lastError,
+  };
+}
+
+/** The control interface of a running gateway, for `createAdminApi({ control })`. */
+export function gatewayControl(gateway: Gateway, options: GatewayControlOptions): GatewayControl {
+  return new GatewayControlAdapter(gateway, options);
+}
+
+export interface GatewayAdmin {
+  api: AdminApi;
+  url: string;
+}
+
+/**
+ * Starts the admin API of a running gateway as configured (`admin.listen`, `admin.token`); null when
+ * `admin.listen` is `off`. `logger` should be the root logger so that a log-level change reaches every
+ * component.
+ */
+export async function startGatewayAdmin(
+  gateway: Gateway,
+  options: GatewayControlOptions,
+): Promise<GatewayAdmin | null> {
+  const listen = options.config.admin.listen;
+  if (listen === 'off') return null;
+  const api = await createAdminApi({
+    control: gatewayControl(gateway, options),
+    logger: options.logger,
+    host: listen.host,
+    port: listen.port,
+    token: options.config.admin.token,
+    protectReads: options.config.admin.protectReads,
+    allowUnauthenticatedWrites: options.config.admin.allowUnauthenticatedWrites,
+  });
+  try {
+    const { url } = await api.listen();
+    return { api, url };
+  } catch (err) {
+    await api.close();
+    throw err;
+  }
+}
