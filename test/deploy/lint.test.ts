@@ -1,0 +1,156 @@
+/**
+ * yamllint over every YAML file of deploy/ (the rendered examples stand for the templates), shellcheck over
+ * every shell script of the repository, the compose demo's wiring, and the admin-call script the image's
+ * HEALTHCHECK and the chart's preStop hook run.
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { createServer, type IncomingMessage } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join, relative } from 'node:path';
+import test from 'ava';
+import { parse as parseYaml } from 'yaml';
+import { CONFIG_SCHEMA, envName } from '../../gateway/config.js';
+import { findExecutable, testWithPeers } from '../helpers/peers.js';
+import { readRepo, repoPath, repoRoot } from './repo.js';
+
+const SKIP_DIRS = new Set(['node_modules', 'dist', '.git', '.cache']);
+
+/** Files under `dir` (repository-relative), skipping build output and dependencies. */
+function walk(dir: string, out: string[] = []): string[] {
+  for (const name of readdirSync(dir)) {
+    if (SKIP_DIRS.has(name)) continue;
+    const path = join(dir, name);
+    if (statSync(path).isDirectory()) walk(path, out);
+    else out.push(relative(repoRoot, path));
+  }
+  return out;
+}
+
+function isShellScript(file: string): boolean {
+  if (file.endsWith('.sh') || file.endsWith('.bash')) return true;
+  if (/\.(ts|js|mjs|json|md|ya?ml|pcap|bin|node|cc|h)$/.test(file)) return false;
+  const head = readFileSync(repoPath(file)).subarray(0, 64).toString('latin1');
+  return /^#!\s*(\/usr)?\/bin\/(env\s+)?(ba|da)?sh\b/.test(head);
+}
+
+testWithPeers('yamllint')('yamllint passes on every YAML file of deploy/', (t) => {
+  const files = walk(repoPath('deploy')).filter((f) => /\.ya?ml$/.test(f) && !f.includes('/templates/'));
+  t.true(files.length >= 8, files.join(' '));
+  try {
+    execFileSync(
+      findExecutable('yamllint') ?? 'yamllint',
+      ['-c', 'deploy/yamllint.yaml', '-f', 'parsable', ...files],
+      {
+        cwd: repoRoot,
+        encoding: 'utf8',
+      },
+    );
+    t.pass();
+  } catch (err) {
+    t.fail(`yamllint:\n${(err as { stdout?: string }).stdout ?? err}`);
+  }
+});
+
+testWithPeers('shellcheck')('shellcheck passes on every shell script of the repository', (t) => {
+  const scripts = walk(repoRoot).filter(isShellScript);
+  t.true(scripts.includes('scripts/install-system-deps.sh'));
+  try {
+    execFileSync(findExecutable('shellcheck') ?? 'shellcheck', ['--format=gcc', ...scripts], {
+      cwd: repoRoot,
+      encoding: 'utf8',
+    });
+    t.pass();
+  } catch (err) {
+    t.fail(`shellcheck:\n${(err as { stdout?: string }).stdout ?? err}`);
+  }
+});
+
+test('the compose demo wires client → gateway → responder → ganesha with real configuration variables', (t) => {
+  const compose = parseYaml(readRepo('deploy', 'compose', 'compose.yaml'), { merge: true });
+  const { ganesha, responder, gateway } = compose.services;
+  t.truthy(ganesha && responder && gateway);
+  const known = new Set(CONFIG_SCHEMA.map((d) => envName(d.key)));
+  for (const svc of [responder, gateway])
+    for (const name of Object.keys(svc.environment))
+      t.true(known.has(name), `${name} is a configuration variable`);
+  t.deepEqual(responder.command, ['responder']);
+  t.deepEqual(gateway.command, ['start']);
+  t.is(responder.environment.RPCRDMA_GATEWAY_UPSTREAM, 'ganesha:2049');
+  t.is(responder.environment.RPCRDMA_GATEWAY_RESPONDER_LISTEN, '0.0.0.0:20049');
+  t.is(gateway.environment.RPCRDMA_GATEWAY_RDMA_PEER, 'responder:20049');
+  t.is(gateway.depends_on.responder.condition, 'service_healthy');
+  t.is(responder.build.dockerfile, 'deploy/docker/Dockerfile');
+  // ganesha as the interop tests run it (DESIGN §4): NFSv4 only, no UDP/NLM/RQUOTA, no grace period.
+  const conf = readRepo('deploy', 'compose', 'ganesha', 'ganesha.conf');
+  for (const line of [
+    'NFS_Port = 2049;',
+    'Enable_UDP = false;',
+    'Enable_NLM = false;',
+    'Enable_RQUOTA = false;',
+    'Graceless = true;',
+    'Only_Numeric_Owners = true;',
+    'Attr_Expiration_Time = 0;',
+    'FSAL { Name = VFS; }',
+  ])
+    t.true(conf.includes(line), line);
+  t.regex(conf, /Protocols = 4;/);
+});
+
+/** Runs admin-call.mjs against `handler`, returning its exit status, stderr and the request seen. */
+async function adminCall(
+  args: string[],
+  status: number,
+  env: NodeJS.ProcessEnv = {},
+): Promise<{ code: number | null; stderr: string; seen?: { method?: string; url?: string; auth?: string } }> {
+  let seen: { method?: string; url?: string; auth?: string } | undefined;
+  const server = createServer((req: IncomingMessage, res) => {
+    seen = { method: req.method, url: req.url, auth: req.headers.authorization };
+    res.writeHead(status, { 'content-type': 'application/json' }).end('{"reason":"draining"}');
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as AddressInfo).port;
+  try {
+    const child = spawn(process.execPath, [repoPath('deploy', 'scripts', 'admin-call.mjs'), ...args], {
+      env: { PATH: process.env.PATH, RPCRDMA_GATEWAY_ADMIN_LISTEN: `0.0.0.0:${port}`, ...env },
+    });
+    let stderr = '';
+    child.stderr.on('data', (d) => {
+      stderr += d;
+    });
+    const code = await new Promise<number | null>((r) => child.on('close', r));
+    return { code, stderr, seen };
+  } finally {
+    server.close();
+  }
+}
+
+test('admin-call: GET /livez succeeds on 200, through loopback for a wildcard listen address, without a token', async (t) => {
+  const r = await adminCall(['GET', '/livez'], 200, { RPCRDMA_GATEWAY_ADMIN_TOKEN: 'secret' });
+  t.is(r.code, 0, r.stderr);
+  t.deepEqual(r.seen, { method: 'GET', url: '/livez', auth: undefined });
+});
+
+test('admin-call: a 503 fails with the answer in the message', async (t) => {
+  const r = await adminCall(['GET', '/readyz'], 503);
+  t.is(r.code, 1);
+  t.regex(r.stderr, /HTTP 503 .*draining/);
+});
+
+test('admin-call: POST carries the bearer token; a 401 fails', async (t) => {
+  const ok = await adminCall(['POST', '/v1/drain', '--sleep-after-ms', '10'], 202, {
+    RPCRDMA_GATEWAY_ADMIN_TOKEN: 'secret',
+  });
+  t.is(ok.code, 0, ok.stderr);
+  t.deepEqual(ok.seen, { method: 'POST', url: '/v1/drain', auth: 'Bearer secret' });
+  const refused = await adminCall(['POST', '/v1/drain'], 401);
+  t.is(refused.code, 1);
+});
+
+test('admin-call: nothing listening, and a usage error, fail with distinct statuses', async (t) => {
+  const r = await adminCall(['GET', '/livez', '--admin', '127.0.0.1:1', '--timeout-ms', '500'], 200);
+  t.is(r.code, 1);
+  t.regex(r.stderr, /ECONNREFUSED/);
+  const usage = await adminCall(['get', 'livez'], 200);
+  t.is(usage.code, 2);
+});
