@@ -2,9 +2,8 @@
 /**
  * The `rpcrdma-gateway` command.
  *
- * Subcommands live in `COMMANDS`; each is a function of `CommandContext` resolving with the exit code.
- * `status` is declared but not available yet: it needs the admin API and arrives with it — it says so
- * plainly instead of pretending. To add one, implement it in `commands/` and replace its `unavailable` entry.
+ * Subcommands live in `COMMANDS`; each is a function of `CommandContext` (in `commands/`) resolving with
+ * the exit code.
  */
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -33,16 +32,6 @@ const pkg = JSON.parse(readFileSync(join(here, '..', '..', 'package.json'), 'utf
 interface CommandEntry {
   summary: string;
   run: Command;
-}
-
-function unavailable(name: string, needs: string): Command {
-  return async (ctx) => {
-    ctx.stderr.write(
-      `rpcrdma-gateway: '${name}' is not available in this build yet: it needs ${needs}, which has not landed.\n` +
-        `What works today: start, responder, demo, serve-test-program, ping (see 'rpcrdma-gateway help').\n`,
-    );
-    return 3;
-  };
 }
 
 const COMMANDS: Record<string, CommandEntry> = {

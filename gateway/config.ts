@@ -203,7 +203,7 @@ export const CONFIG_SCHEMA: readonly KeyDef[] = [
     key: 'admin.protectReads',
     kind: { type: 'enum', values: [false, true] },
     default: false,
-    doc: 'Require the token on read routes too (`/livez` and `/readyz` stay open for probes). Required for a non-loopback admin listener.',
+    doc: 'Require the token on read routes too (`/livez` and `/readyz` stay open for probes). Recommended for a non-loopback admin listener (the gateway warns otherwise).',
   },
   {
     key: 'admin.allowUnauthenticatedWrites',
