@@ -11,6 +11,7 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { ConfigError, UsageError } from '../common/errors.js';
+import { parseCidr } from '../tcp-frontend/access.js';
 import { formatHostPort, type HostPort, parseHostPort } from '../tcp-frontend/address.js';
 import { DEFAULT_FRONTEND_LIMITS } from '../tcp-frontend/limits.js';
 import { MAX_FRAGMENT_LENGTH } from '../tcp-frontend/record-marking.js';
@@ -33,6 +34,10 @@ export interface GatewayConfig {
     maxRecordSize: number;
     maxCallsInFlight: number;
     idleTimeoutMs: number;
+    /** Client networks allowed to connect (CIDR); empty: everyone. */
+    allowedClients: string[];
+    /** Refuse clients whose source port is not privileged (< 1024), as the NFS `secure` option. */
+    requirePrivilegedPort: boolean;
   };
   /** The TCP RPC server the responder forwards to; `embedded` is the built-in test program. */
   upstream: Endpoint;
@@ -68,7 +73,8 @@ type Kind =
   | { type: 'string' }
   | { type: 'hostport'; defaultPort?: number; allowOff?: boolean }
   | { type: 'hostports'; defaultPort: number }
-  | { type: 'endpoint' };
+  | { type: 'endpoint' }
+  | { type: 'cidrs' };
 
 export interface KeyDef {
   key: string;
@@ -122,6 +128,19 @@ export const CONFIG_SCHEMA: readonly KeyDef[] = [
     kind: { type: 'int', min: 0, max: 0x7fff_ffff },
     default: DEFAULT_FRONTEND_LIMITS.idleTimeoutMs,
     doc: 'Close a client connection after this long without traffic and with no call in flight (0: never).',
+  },
+  // Client access control (tcp-frontend/access.ts).
+  {
+    key: 'frontend.allowedClients',
+    kind: { type: 'cidrs' },
+    default: [],
+    doc: 'Client networks allowed to connect (`10.0.0.0/8`, `2001:db8::/32`, or one address; a list, or comma-separated). Empty: every client. Others are refused at accept, counted and logged.',
+  },
+  {
+    key: 'frontend.requirePrivilegedPort',
+    kind: { type: 'enum', values: [false, true] },
+    default: false,
+    doc: 'Refuse clients whose source port is 1024 or above (the NFS `secure` export option; Linux clients use a privileged port unless mounted with `noresvport`).',
   },
   {
     key: 'upstream',
@@ -368,6 +387,26 @@ function coerce(def: KeyDef, raw: unknown, origin: Origin): unknown {
     case 'endpoint':
       if (raw === 'embedded') return 'embedded';
       return parseHostPortFor(def, origin, raw);
+    case 'cidrs': {
+      const items = Array.isArray(raw) ? raw : fromText ? raw.split(',') : [raw];
+      const out: string[] = [];
+      for (const item of items) {
+        if (typeof item !== 'string') throw bad(def, origin, raw, 'a list of CIDR networks');
+        if (item.trim() === '') continue;
+        try {
+          out.push(parseCidr(item).text);
+        } catch (err) {
+          if (!(err instanceof UsageError)) throw err;
+          throw new ConfigError(
+            'ERR_CONFIG_VALUE',
+            `${def.key}: ${err.message} (${describe(origin)})`,
+            { key: def.key, source: origin.source, where: origin.where, expected: 'ADDRESS/PREFIX' },
+            { cause: err },
+          );
+        }
+      }
+      return out;
+    }
   }
 }
 
@@ -541,6 +580,7 @@ export function configToPlain(
       .reduce<unknown>((node, p) => (node as Record<string, unknown>)[p], config);
     if (d.secret && !revealSecrets && v !== '') v = '***';
     else if (d.kind.type === 'hostports') v = (v as HostPort[]).map((a) => formatHostPort(a.host, a.port));
+    else if (d.kind.type === 'cidrs') v = [...(v as string[])];
     else if (v !== null && typeof v === 'object')
       v = formatHostPort((v as HostPort).host, (v as HostPort).port);
     setPath(out, d.key, v);
@@ -558,6 +598,7 @@ export function defaultText(def: KeyDef): string {
   const v = def.default;
   if (def.kind.type === 'hostports')
     return (v as HostPort[]).map((a) => formatHostPort(a.host, a.port)).join(', ');
+  if (def.kind.type === 'cidrs') return (v as string[]).length === 0 ? '(empty)' : (v as string[]).join(', ');
   if (v !== null && typeof v === 'object') return formatHostPort((v as HostPort).host, (v as HostPort).port);
   return v === '' ? '(empty)' : String(v);
 }

@@ -155,6 +155,10 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
       maxCallsInFlight: config.frontend.maxCallsInFlight,
       idleTimeoutMs: config.frontend.idleTimeoutMs,
     },
+    access: {
+      allow: config.frontend.allowedClients,
+      requirePrivilegedPort: config.frontend.requirePrivilegedPort,
+    },
     logger: log.child({ component: 'frontend' }),
   });
   try {

@@ -10,6 +10,7 @@ packages=(
   haproxy socat
   libibverbs-dev librdmacm-dev ibverbs-providers pkg-config
   valgrind
+  shellcheck yamllint
 )
 
 missing=()

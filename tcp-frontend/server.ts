@@ -8,12 +8,15 @@
  */
 import { createServer, type Server, type Socket } from 'node:net';
 import { type Logger, pino } from 'pino';
+import { type AccessPolicy, ClientAccess } from './access.js';
 import { formatHostPort } from './address.js';
 import { FrontendConnection, type FrontendHandler } from './connection.js';
 import { FrontendError } from './frontend-errors.js';
 import { type FrontendLimits, resolveLimits } from './limits.js';
 import { countBy, createFrontendStats, type FrontendStats } from './stats.js';
 
+export type { AccessDenial, AccessPolicy } from './access.js';
+export { ClientAccess, PRIVILEGED_PORT_LIMIT, parseCidr } from './access.js';
 export { formatHostPort, parseHostPort } from './address.js';
 export type { CloseReason, FrontendHandler } from './connection.js';
 export { FrontendConnection, XDR_PAD } from './connection.js';
@@ -41,6 +44,8 @@ export interface FrontendServerOptions {
   noDelay?: boolean;
   /** TCP keepalive probes after this many ms of silence, so dead peers are found; 0 disables. Default 60 s. */
   keepAliveMs?: number;
+  /** Client networks allowed and the privileged-port requirement (default: anyone, any port). */
+  access?: AccessPolicy;
 }
 
 export interface CloseOptions {
@@ -53,6 +58,7 @@ export class FrontendServer {
   readonly stats: FrontendStats = createFrontendStats();
   readonly connections = new Set<FrontendConnection>();
   readonly log: Logger;
+  readonly access: ClientAccess;
   private readonly handler: FrontendHandler;
   private readonly listenOn: readonly ListenAddress[];
   private readonly noDelay: boolean;
@@ -68,6 +74,7 @@ export class FrontendServer {
     this.noDelay = options.noDelay ?? true;
     this.keepAliveMs = options.keepAliveMs ?? 60_000;
     this.log = options.logger ?? pino({ level: 'silent' });
+    this.access = new ClientAccess(options.access);
   }
 
   /** Binds every listen address; on any failure closes those already bound and throws ERR_LISTEN. */
@@ -162,6 +169,21 @@ export class FrontendServer {
 
   private accept(socket: Socket): void {
     const remote = formatHostPort(socket.remoteAddress ?? '?', socket.remotePort ?? 0);
+    // Access first: a client that may not connect must not take a slot from those that may.
+    const denial = this.access.open
+      ? undefined
+      : this.access.check(socket.remoteAddress ?? '', socket.remotePort ?? 0);
+    if (denial) {
+      this.stats.connectionsRefused++;
+      countBy(this.stats.errors, denial.code);
+      this.log.warn(
+        { reason: denial.code, remote, ...denial.details },
+        `connection refused: ${denial.message}`,
+      );
+      socket.on('error', () => {});
+      socket.destroy();
+      return;
+    }
     if (this.closing || this.connections.size >= this.limits.maxConnections) {
       const code = this.closing ? 'REFUSED_SERVER_CLOSING' : 'REFUSED_MAX_CONNECTIONS';
       this.stats.connectionsRefused++;

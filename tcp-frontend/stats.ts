@@ -6,7 +6,7 @@
 export interface FrontendStats {
   /** Connections accepted and served. */
   connectionsAccepted: number;
-  /** Connections closed at once because `maxConnections` were already open. */
+  /** Connections closed at once: `maxConnections` already open, server closing, or refused by the access policy (`errors` has the reason code). */
   connectionsRefused: number;
   /** Gauge: connections open now. */
   connectionsOpen: number;

@@ -1,0 +1,150 @@
+/**
+ * Soak mode: `npm run soak -- --minutes N [--cases K]` runs the reliability campaigns (test/reliability:
+ * TCP records, RPC-over-RDMA headers, MPA/DDP frames, the rkey checks and the connection flood) over and
+ * over for N minutes, each round with fresh seeds and FUZZ_CASES=K (default 1) times the CI case count,
+ * and prints a summary: rounds, campaigns passed and failed, the seeds of failing runs (replay one with
+ * FUZZ_SEED=...), the largest RSS a round reached.
+ *
+ * This is the first half: the gateway-chain fault injection (connections killed under load, upstream
+ * restarts, stalled clients) joins the round list when the gateway router lands.
+ */
+import { spawn } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+export interface SoakOptions {
+  minutes: number;
+  cases: number;
+}
+
+export function parseSoakArgs(argv: readonly string[]): SoakOptions {
+  const out: SoakOptions = { minutes: 5, cases: 1 };
+  for (let i = 0; i < argv.length; i++) {
+    const [flag, inline] = argv[i].split('=', 2);
+    const value = inline ?? argv[++i];
+    const n = Number(value);
+    if ((flag === '--minutes' || flag === '--cases') && Number.isFinite(n) && n > 0) {
+      out[flag === '--minutes' ? 'minutes' : 'cases'] = n;
+    } else {
+      throw new Error(`usage: npm run soak -- --minutes N [--cases K] (bad argument ${argv[i]})`);
+    }
+  }
+  return out;
+}
+
+/** The campaigns of one round, as compiled test files. */
+export const CAMPAIGNS = [
+  'fuzz-tcp-records',
+  'fuzz-rpcrdma',
+  'fuzz-iwarp',
+  'rkey-access',
+  'frontend-access',
+  'load',
+];
+
+interface RoundResult {
+  campaign: string;
+  ok: boolean;
+  seeds: string[];
+  ms: number;
+  maxRssKiB: number;
+}
+
+const testDir = fileURLToPath(new URL('../../test/reliability/', import.meta.url));
+
+/** Runs one campaign file under ava in a child, sampling the RSS of its process tree. */
+function runCampaign(name: string, cases: number): Promise<RoundResult> {
+  const started = Date.now();
+  return new Promise((resolve) => {
+    const child = spawn(
+      'bash',
+      ['-c', `ulimit -n 65536 2>/dev/null; exec npx ava --timeout=10m "${testDir}${name}.test.js"`],
+      {
+        env: { ...process.env, FUZZ_CASES: String(cases), FORCE_COLOR: '0' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    let text = '';
+    child.stdout.on('data', (d: Buffer) => {
+      text += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      text += d.toString();
+    });
+    let maxRssKiB = 0;
+    // Sample the tree's RSS from /proc while it runs (Linux; zero elsewhere).
+    const sampler = setInterval(() => {
+      maxRssKiB = Math.max(maxRssKiB, treeRssKiB(child.pid ?? 0));
+    }, 250);
+    child.on('exit', (code) => {
+      clearInterval(sampler);
+      const seeds = [...text.matchAll(/seed (\d+) \(replay/g)].map((m) => m[1]);
+      if (code !== 0) process.stderr.write(text);
+      resolve({ campaign: name, ok: code === 0, seeds, ms: Date.now() - started, maxRssKiB });
+    });
+  });
+}
+
+function treeRssKiB(pid: number): number {
+  let total = 0;
+  try {
+    const children = new Map<number, number[]>();
+    const rss = new Map<number, number>();
+    for (const entry of readdirSync('/proc')) {
+      if (!/^\d+$/.test(entry)) continue;
+      try {
+        const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+        const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+        const ppid = Number(fields[1]);
+        rss.set(Number(entry), Number(fields[21]) * 4);
+        children.set(ppid, [...(children.get(ppid) ?? []), Number(entry)]);
+      } catch {
+        // the process went away
+      }
+    }
+    const stack = [pid];
+    while (stack.length > 0) {
+      const p = stack.pop() as number;
+      total += rss.get(p) ?? 0;
+      stack.push(...(children.get(p) ?? []));
+    }
+  } catch {
+    return 0;
+  }
+  return total;
+}
+
+async function main(): Promise<void> {
+  const options = parseSoakArgs(process.argv.slice(2));
+  const deadline = Date.now() + options.minutes * 60_000;
+  const results: RoundResult[] = [];
+  let rounds = 0;
+  process.stdout.write(
+    `soak: ${options.minutes} min, FUZZ_CASES=${options.cases}, campaigns ${CAMPAIGNS.join(', ')}\n`,
+  );
+  while (Date.now() < deadline) {
+    rounds++;
+    for (const name of CAMPAIGNS) {
+      if (Date.now() >= deadline) break;
+      const r = await runCampaign(name, options.cases);
+      results.push(r);
+      process.stdout.write(
+        `round ${rounds} ${name}: ${r.ok ? 'ok' : 'FAILED'} in ${(r.ms / 1000).toFixed(1)} s, RSS max ${(r.maxRssKiB / 1024).toFixed(0)} MiB${r.ok ? '' : `, seeds ${r.seeds.join(' ')}`}\n`,
+      );
+    }
+  }
+  const failed = results.filter((r) => !r.ok);
+  const summary = {
+    minutes: options.minutes,
+    fuzzCasesMultiplier: options.cases,
+    rounds,
+    campaignsRun: results.length,
+    campaignsFailed: failed.length,
+    failingSeeds: failed.map((r) => ({ campaign: r.campaign, seeds: r.seeds })),
+    maxRssMiB: Math.round(Math.max(0, ...results.map((r) => r.maxRssKiB)) / 1024),
+  };
+  process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
+  process.exitCode = failed.length === 0 ? 0 : 1;
+}
+
+await main();
