@@ -157,8 +157,10 @@ test('drain makes /readyz 503 while calls in flight finish', async (t) => {
     await waitFor(() => h.g.pool.snapshot().ready === 1, 'a ready connection');
     t.is((await json(h, 'GET', '/readyz')).status, 200);
     const payload = Buffer.alloc(1024 * 1024, 0x5a);
-    const calls = Array.from({ length: 12 }, () => h.client.sink(payload));
-    await waitFor(() => h.g.frontend.stats.callsInFlight >= 2, 'calls in flight');
+    // Enough calls that, one credit at a time, many are still in flight when the drain starts however
+    // fast or slow this machine is at the moment.
+    const calls = Array.from({ length: 24 }, () => h.client.sink(payload));
+    await waitFor(() => h.g.frontend.stats.callsInFlight >= 1, 'calls in flight', 20_000);
     const drained = await json(h, 'POST', '/v1/drain');
     t.is(drained.status, 200);
     t.true(drained.json.draining);
@@ -168,7 +170,7 @@ test('drain makes /readyz 503 while calls in flight finish', async (t) => {
     t.is(ready.json.reason, 'draining');
     t.is((await json(h, 'GET', '/v1/server-info')).json.state, 'draining');
     const results = await Promise.all(calls);
-    t.deepEqual(results, Array(12).fill(payload.length), 'every call in flight finished');
+    t.deepEqual(results, Array(24).fill(payload.length), 'every call in flight finished');
     t.is((await json(h, 'GET', '/readyz')).status, 503, 'still draining after the calls finished');
     await json(h, 'POST', '/v1/drain/cancel');
     t.is((await json(h, 'GET', '/readyz')).status, 200);
