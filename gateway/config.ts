@@ -15,6 +15,8 @@ import { parseCidr } from '../tcp-frontend/access.js';
 import { formatHostPort, type HostPort, parseHostPort } from '../tcp-frontend/address.js';
 import { DEFAULT_FRONTEND_LIMITS } from '../tcp-frontend/limits.js';
 import { MAX_FRAGMENT_LENGTH } from '../tcp-frontend/record-marking.js';
+import { formatRoute, parseRoute, type Route } from './dispatch.js';
+import { programByName, programName, programNames } from './portmapper/programs.js';
 
 /** The port NFS uses (RFC 7530 §3.1): the gateway is a drop-in NFS endpoint. */
 export const DEFAULT_FRONTEND_PORT = 2049;
@@ -64,6 +66,18 @@ export interface GatewayConfig {
   };
   log: { level: LogLevel; format: LogFormat };
   shutdown: { drainTimeoutMs: number };
+  // Program routing (issue 14, docs/routing.md).
+  /** Routes that replace the default ones program by program (empty: the defaults). */
+  routes: Route[];
+  passthrough: { upstream: HostPort | 'off'; connections: number; connectTimeoutMs: number };
+  portmapper: { enabled: boolean; listen: HostPort[]; register: boolean };
+  /** Extra listeners serving only some programs. */
+  listeners: ProgramListener[];
+}
+
+/** A listener restricted to some programs (`HOST:PORT=nfs,mount`). */
+export interface ProgramListener extends HostPort {
+  programs: number[];
 }
 
 type Kind =
@@ -74,7 +88,9 @@ type Kind =
   | { type: 'hostport'; defaultPort?: number; allowOff?: boolean }
   | { type: 'hostports'; defaultPort: number }
   | { type: 'endpoint' }
-  | { type: 'cidrs' };
+  | { type: 'cidrs' }
+  | { type: 'routes' }
+  | { type: 'listeners' };
 
 export interface KeyDef {
   key: string;
@@ -249,6 +265,55 @@ export const CONFIG_SCHEMA: readonly KeyDef[] = [
     default: 30_000,
     doc: 'On SIGTERM: stop accepting, let calls in flight finish for at most this long, then exit.',
   },
+  // Program routing (issue 14): where each RPC program's calls go (docs/routing.md).
+  {
+    key: 'routes',
+    kind: { type: 'routes' },
+    default: [],
+    doc: 'Routes `PROGRAM[.VERSION]=rdma|tcp[@HOST:PORT]|local` (a list, or comma-separated) replacing the default route of their program: NFS, NFS_ACL and the test program `rdma`; MOUNT, NLM, NSM, rquota `tcp` when `passthrough.upstream` is set (else `rdma`); the portmapper `local` when enabled. Calls for a program with no route get PROG_UNAVAIL.',
+  },
+  {
+    key: 'passthrough.upstream',
+    kind: { type: 'hostport', allowOff: true },
+    default: 'off',
+    doc: "The TCP server of `tcp` routes that name none (`HOST:PORT`: the NFS server's MOUNT/NLM/NSM port), or `off`.",
+  },
+  {
+    key: 'passthrough.connections',
+    kind: { type: 'int', min: 1, max: 64 },
+    default: 1,
+    doc: 'TCP connections per passthrough upstream (calls of all clients share them, with gateway XIDs).',
+  },
+  {
+    key: 'passthrough.connectTimeoutMs',
+    kind: { type: 'int', min: 100, max: 600_000 },
+    default: 3000,
+    doc: 'Give up connecting to a passthrough upstream after this long; its clients are closed (counted, logged) so that they retry.',
+  },
+  {
+    key: 'portmapper.enabled',
+    kind: { type: 'enum', values: [false, true] },
+    default: false,
+    doc: "Serve the portmapper (program 100000 versions 2, 3, 4 over TCP) on `portmapper.listen`, answering for the gateway's programs with its own ports. Leave off when the host runs rpcbind.",
+  },
+  {
+    key: 'portmapper.listen',
+    kind: { type: 'hostports', defaultPort: 111 },
+    default: [{ host: '127.0.0.1', port: 111 }],
+    doc: 'Where the portmapper listens (a bare host gets port 111); these listeners serve the portmapper only.',
+  },
+  {
+    key: 'portmapper.register',
+    kind: { type: 'enum', values: [false, true] },
+    default: false,
+    doc: "Register the gateway's programs and ports with the host's rpcbind (PMAP SET at start, UNSET at stop) instead of serving the portmapper.",
+  },
+  {
+    key: 'listeners',
+    kind: { type: 'listeners' },
+    default: [],
+    doc: 'Extra listeners serving only some programs: `HOST:PORT=PROGRAM[+PROGRAM...]` (a list, or comma-separated), e.g. `0.0.0.0:20048=mount`. `frontend.listen` serves every routed program.',
+  },
 ];
 
 const BY_KEY = new Map(CONFIG_SCHEMA.map((d) => [d.key, d]));
@@ -407,7 +472,93 @@ function coerce(def: KeyDef, raw: unknown, origin: Origin): unknown {
       }
       return out;
     }
+    case 'routes':
+      return coerceRoutes(def, raw, origin);
+    case 'listeners':
+      return coerceListeners(def, raw, origin);
   }
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Program routing keys (issue 14): `routes` and `listeners` carry lists with their own small syntax.
+
+function listItems(raw: unknown): unknown[] {
+  if (Array.isArray(raw)) return raw;
+  if (typeof raw === 'string') return raw.split(',').filter((s) => s.trim() !== '');
+  if (raw !== null && typeof raw === 'object') {
+    // A YAML mapping `{ mount: tcp, nfs: rdma }`.
+    return Object.entries(raw as Record<string, unknown>).map(([k, v]) => `${k}=${String(v)}`);
+  }
+  return [raw];
+}
+
+function routeError(def: KeyDef, origin: Origin, err: UsageError, expected: string): ConfigError {
+  const hint =
+    err.code === 'ERR_ROUTE_PROGRAM' ? suggestion(String(err.details.program ?? ''), programNames()) : '';
+  return new ConfigError(
+    'ERR_CONFIG_VALUE',
+    `${def.key}: ${err.message}${hint} (${describe(origin)})`,
+    { key: def.key, source: origin.source, where: origin.where, expected, reason: err.code },
+    { cause: err },
+  );
+}
+
+function coerceRoutes(def: KeyDef, raw: unknown, origin: Origin): Route[] {
+  const expected = 'PROGRAM[.VERSION]=rdma|tcp[@HOST:PORT]|local';
+  const out: Route[] = [];
+  const seen = new Map<string, string>();
+  for (const item of listItems(raw)) {
+    if (typeof item !== 'string') throw bad(def, origin, raw, `a list of ${expected}`);
+    let r: Route;
+    try {
+      r = parseRoute(item);
+    } catch (err) {
+      if (err instanceof UsageError) throw routeError(def, origin, err, expected);
+      throw err;
+    }
+    const k = `${r.program}.${r.version ?? '*'}`;
+    const clash = seen.get(k);
+    if (clash !== undefined) {
+      throw new ConfigError(
+        'ERR_CONFIG_VALUE',
+        `${def.key}: duplicate route for ${programName(r.program)}${r.version === null ? '' : ` version ${r.version}`}: '${clash}' and '${item.trim()}' (${describe(origin)})`,
+        { key: def.key, source: origin.source, where: origin.where, expected, reason: 'ERR_ROUTE_DUPLICATE' },
+      );
+    }
+    seen.set(k, item.trim());
+    out.push(r);
+  }
+  return out;
+}
+
+function coerceListeners(def: KeyDef, raw: unknown, origin: Origin): ProgramListener[] {
+  const expected = 'HOST:PORT=PROGRAM[+PROGRAM...]';
+  const out: ProgramListener[] = [];
+  for (const item of listItems(raw)) {
+    if (typeof item !== 'string') throw bad(def, origin, raw, `a list of ${expected}`);
+    const eq = item.lastIndexOf('=');
+    if (eq < 0) throw bad(def, origin, item, expected);
+    const at = parseHostPortFor(def, origin, item.slice(0, eq));
+    const programs: number[] = [];
+    for (const name of item.slice(eq + 1).split('+')) {
+      const n = name.trim();
+      const p = /^\d+$/.test(n) ? Number(n) : programByName(n)?.program;
+      if (p === undefined) {
+        throw new ConfigError(
+          'ERR_CONFIG_VALUE',
+          `${def.key}: unknown program '${n}' in '${item.trim()}'${suggestion(n, programNames())} (${describe(origin)})`,
+          { key: def.key, source: origin.source, where: origin.where, expected },
+        );
+      }
+      programs.push(p);
+    }
+    out.push({ ...at, programs });
+  }
+  return out;
+}
+
+function formatListener(l: ProgramListener): string {
+  return `${formatHostPort(l.host, l.port)}=${l.programs.map(programName).join('+')}`;
 }
 
 /** Edit distance, for "did you mean" on unknown keys. */
@@ -559,7 +710,8 @@ export function loadConfig(sources: ConfigSources = {}): LoadedConfig {
       );
     const def = BY_KEY.get(key)!;
     // A repeated list flag adds to the list; any other repeated flag keeps its last value.
-    const raw = def.kind.type === 'hostports' ? raws.join(',') : raws[raws.length - 1];
+    const listKind = ['hostports', 'routes', 'listeners'].includes(def.kind.type);
+    const raw = listKind ? raws.join(',') : raws[raws.length - 1];
     values.set(key, coerce(def, raw, { source: 'flag', where: flag }));
     origins[key] = 'flag';
   }
@@ -581,6 +733,8 @@ export function configToPlain(
     if (d.secret && !revealSecrets && v !== '') v = '***';
     else if (d.kind.type === 'hostports') v = (v as HostPort[]).map((a) => formatHostPort(a.host, a.port));
     else if (d.kind.type === 'cidrs') v = [...(v as string[])];
+    else if (d.kind.type === 'routes') v = (v as Route[]).map(formatRoute);
+    else if (d.kind.type === 'listeners') v = (v as ProgramListener[]).map(formatListener);
     else if (v !== null && typeof v === 'object')
       v = formatHostPort((v as HostPort).host, (v as HostPort).port);
     setPath(out, d.key, v);
@@ -599,6 +753,8 @@ export function defaultText(def: KeyDef): string {
   if (def.kind.type === 'hostports')
     return (v as HostPort[]).map((a) => formatHostPort(a.host, a.port)).join(', ');
   if (def.kind.type === 'cidrs') return (v as string[]).length === 0 ? '(empty)' : (v as string[]).join(', ');
+  if (def.kind.type === 'routes' || def.kind.type === 'listeners')
+    return (v as unknown[]).length === 0 ? '(empty)' : JSON.stringify(v);
   if (v !== null && typeof v === 'object') return formatHostPort((v as HostPort).host, (v as HostPort).port);
   return v === '' ? '(empty)' : String(v);
 }

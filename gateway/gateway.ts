@@ -21,8 +21,23 @@ import type { Device } from '../rdma-backend/verbs/index.js';
 import type { HostPort } from '../tcp-frontend/address.js';
 import { type BoundAddress, FrontendServer, type FrontendStats } from '../tcp-frontend/server.js';
 import type { GatewayConfig } from './config.js';
+import {
+  Dispatcher,
+  type DispatchStats,
+  listenerPrograms,
+  listenPlanFor,
+  routingTableFor,
+} from './dispatch.js';
 import { closeDeviceSoon, type EmbeddedPeer, startEmbeddedPeer } from './embedded.js';
 import { silentLogger } from './logging.js';
+import { Passthrough, type PassthroughStats } from './passthrough/index.js';
+import {
+  buildMappings,
+  type Mapping,
+  PORTMAP_PROGRAM,
+  Portmapper,
+  registerWithRpcbind,
+} from './portmapper/index.js';
 import { Router, type RouterStats } from './router.js';
 import { testProgramUlb } from './test-program/ulb.js';
 import { createNfsRegistry } from './ulb/index.js';
@@ -44,6 +59,19 @@ export interface GatewaySnapshot {
   router: RouterStats;
   pool: PoolSnapshot;
   responder: ReturnType<EmbeddedPeer['responder']['connections']> | null;
+  /** Calls by route and program (issue 14), the passthrough and the portmapper. */
+  dispatch?: DispatchStats;
+  passthrough?: PassthroughStats & { upstreams: ReturnType<Passthrough['upstreams']> };
+  portmapper?: Portmapper['stats'] | null;
+}
+
+/** The program-routing side of the gateway: the dispatcher in front of the router and what it feeds. */
+export interface Routing {
+  dispatcher: Dispatcher;
+  passthrough: Passthrough;
+  portmapper: Portmapper | null;
+  /** Mappings registered with the host rpcbind (`portmapper.register`), unregistered at stop. */
+  registered: Mapping[];
 }
 
 /** The default registry: every binding the project has. */
@@ -75,6 +103,7 @@ export class Gateway {
     readonly providerReason: string,
     private readonly device: Device,
     private readonly log: Logger,
+    readonly routing: Routing | null = null,
   ) {}
 
   snapshot(): GatewaySnapshot {
@@ -83,6 +112,11 @@ export class Gateway {
       router: this.router.snapshot(),
       pool: this.pool.snapshot(),
       responder: this.embedded ? this.embedded.responder.connections() : null,
+      ...(this.routing && {
+        dispatch: this.routing.dispatcher.snapshot(),
+        passthrough: { ...this.routing.passthrough.stats, upstreams: this.routing.passthrough.upstreams() },
+        portmapper: this.routing.portmapper ? { ...this.routing.portmapper.stats } : null,
+      }),
     };
   }
 
@@ -92,7 +126,10 @@ export class Gateway {
    */
   async stop(drainTimeoutMs = 30_000): Promise<void> {
     this.log.info({ drainTimeoutMs, inFlight: this.frontend.stats.callsInFlight }, 'draining');
+    if (this.routing && this.routing.registered.length > 0)
+      await registerWithRpcbind(this.routing.registered, 'unset', this.log);
     await this.frontend.close({ drainTimeoutMs });
+    await this.routing?.passthrough.close();
     this.router.close();
     this.pool.close();
     await this.embedded?.close(Math.min(drainTimeoutMs, 5000));
@@ -146,9 +183,31 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     requester: router,
     backoff: o.backoff,
   });
+  // Program routing (issue 14): the dispatcher sends each call to the router, the passthrough or the
+  // portmapper by its program; configuration errors surface here, before anything listens.
+  const table = routingTableFor(config);
+  const plan = listenPlanFor(config);
+  const passthrough = new Passthrough({
+    defaultUpstream: config.passthrough.upstream === 'off' ? null : config.passthrough.upstream,
+    connections: config.passthrough.connections,
+    connectTimeoutMs: config.passthrough.connectTimeoutMs,
+    maxRecordSize: config.frontend.maxRecordSize,
+    logger: log.child({ component: 'passthrough' }),
+  });
+  let mappings: Mapping[] = [];
+  const portmapper = table.programs().includes(PORTMAP_PROGRAM)
+    ? new Portmapper(() => mappings, log.child({ component: 'portmapper' }))
+    : null;
+  const dispatcher = new Dispatcher({
+    table,
+    rdma: router,
+    tcp: passthrough,
+    local: portmapper ? new Map([[PORTMAP_PROGRAM, portmapper]]) : new Map(),
+    logger: log.child({ component: 'dispatch' }),
+  });
   const frontend = new FrontendServer({
-    listen: config.frontend.listen,
-    handler: router,
+    listen: plan.addresses,
+    handler: dispatcher,
     limits: {
       maxConnections: config.frontend.maxConnections,
       maxRecordSize: config.frontend.maxRecordSize,
@@ -167,7 +226,13 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     const ready = await waitForReady(pool, 3000);
     if (ready === 0) log.warn({ peer }, 'no RDMA connection yet; calls are held while the pool reconnects');
     const addresses = await frontend.listen();
-    return new Gateway(frontend, router, pool, embedded, addresses, peer, reason, device, log);
+    const programs = listenerPrograms(plan, addresses);
+    dispatcher.setListeners(programs);
+    mappings = buildMappings(table, addresses, programs);
+    const registered = config.portmapper.register ? mappings : [];
+    if (registered.length > 0) await registerWithRpcbind(registered, 'set', log);
+    const routing: Routing = { dispatcher, passthrough, portmapper, registered };
+    return new Gateway(frontend, router, pool, embedded, addresses, peer, reason, device, log, routing);
   } catch (err) {
     router.close();
     pool.close();

@@ -1,0 +1,201 @@
+/**
+ * TCP passthrough (the `tcp` route): calls of programs the RDMA server serves only over TCP (MOUNT, NLM,
+ * NSM, rquota — RFC 8267 leaves them off RDMA) are forwarded as they are to an upstream TCP server, and the
+ * replies come back to the client that sent them.
+ *
+ * - One pool of upstream connections per target (`UpstreamPool`), opened on first use.
+ * - XIDs: each upstream connection carries calls from many clients, so the gateway assigns the XID on the
+ *   upstream side (unique per upstream connection, as on the RDMA side: DESIGN §3) and restores the
+ *   client's in the reply. RPCSEC_GSS calls keep theirs (the GSS checksum covers it).
+ * - Limits, statistics and backpressure are the frontend's: a call stays in flight for its client until the
+ *   reply is written (the frontend stops reading a client at its in-flight limit and while its socket does
+ *   not drain); the upstream client bounds calls on the wire and stops writing while the upstream socket
+ *   does not drain.
+ * - Failures are never answered (DESIGN §3): an upstream that cannot be reached, or a connection lost with
+ *   calls on it, closes the clients concerned so that they retransmit; it is logged and counted. Upstream
+ *   connections are never half-closed (ganesha drops replies due on a half-closed connection, DESIGN §4).
+ */
+import type { Logger } from 'pino';
+import { pino } from 'pino';
+import { AuthFlavor } from '../../rpc/constants.js';
+import { formatHostPort, type HostPort } from '../../tcp-frontend/address.js';
+import type { RpcReply } from '../../tcp-frontend/client.js';
+import type { FrontendConnection } from '../../tcp-frontend/server.js';
+import type { Route, TcpRouteHandler } from '../dispatch.js';
+import { type UpstreamLink, UpstreamPool, type UpstreamPoolOptions } from './upstream-pool.js';
+
+export interface PassthroughStats {
+  calls: number;
+  replies: number;
+  /** Replies for clients that had gone away (consumed). */
+  orphanedReplies: number;
+  /** Clients closed because their upstream could not be reached or was lost with their calls on it. */
+  clientsClosed: number;
+  /** Upstream connections opened, failed to open, and lost (closed with calls outstanding or not). */
+  upstreamConnects: number;
+  upstreamConnectFailures: number;
+  upstreamLost: number;
+  /** Gauge: calls forwarded and not yet answered. */
+  inFlight: number;
+  /** Failures by code (ERR_UPSTREAM_UNAVAILABLE, ERR_UPSTREAM_LOST, ERR_CLIENT_XID_IN_USE...). */
+  errors: Record<string, number>;
+}
+
+export interface PassthroughOptions {
+  /** Target of `tcp` routes that name none (`passthrough.upstream`); null: every tcp route names one. */
+  defaultUpstream: HostPort | null;
+  /** Upstream connections per target. Default 1. */
+  connections?: number;
+  connectTimeoutMs?: number;
+  /** After a failed connect, calls fail at once for this long instead of each waiting for a timeout. */
+  retryAfterMs?: number;
+  /** Largest reply accepted from upstream (the frontend's record limit). */
+  maxRecordSize?: number;
+  /** Calls on the wire per upstream connection. */
+  maxInFlight?: number;
+  logger?: Logger;
+}
+
+/** One forwarded call: everything needed to put the reply back where it belongs. */
+interface Forwarded {
+  conn: FrontendConnection;
+  clientXid: number;
+  gss: boolean;
+  link: UpstreamLink;
+  xid: number;
+}
+
+export class Passthrough implements TcpRouteHandler {
+  readonly stats: PassthroughStats = {
+    calls: 0,
+    replies: 0,
+    orphanedReplies: 0,
+    clientsClosed: 0,
+    upstreamConnects: 0,
+    upstreamConnectFailures: 0,
+    upstreamLost: 0,
+    inFlight: 0,
+    errors: {},
+  };
+  private readonly pools = new Map<string, UpstreamPool>();
+  private readonly defaultUpstream: HostPort | null;
+  private readonly poolOptions: Omit<UpstreamPoolOptions, 'target'>;
+  private readonly log: Logger;
+  private closed = false;
+
+  constructor(o: PassthroughOptions) {
+    this.defaultUpstream = o.defaultUpstream;
+    this.log = o.logger ?? pino({ level: 'silent' });
+    this.poolOptions = {
+      connections: o.connections ?? 1,
+      connectTimeoutMs: o.connectTimeoutMs ?? 3000,
+      retryAfterMs: o.retryAfterMs ?? 1000,
+      maxRecordSize: o.maxRecordSize,
+      maxInFlight: o.maxInFlight ?? 128,
+      stats: this.stats,
+      logger: this.log,
+    };
+  }
+
+  /** The pools by target, for the statistics. */
+  upstreams(): { target: string; connections: number; outstanding: number; state: string }[] {
+    return [...this.pools.values()].map((p) => p.describe());
+  }
+
+  forward(conn: FrontendConnection, record: Buffer, route: Route): void {
+    const target = route.upstream ?? this.defaultUpstream;
+    if (target === null || this.closed) {
+      // The dispatcher refuses such a table at start; this is the stop race.
+      this.fail(conn, 'ERR_UPSTREAM_UNAVAILABLE', 'no upstream for the tcp route', {});
+      return;
+    }
+    const k = formatHostPort(target.host, target.port);
+    let pool = this.pools.get(k);
+    if (!pool) {
+      pool = new UpstreamPool({ ...this.poolOptions, target });
+      this.pools.set(k, pool);
+    }
+    this.stats.calls++;
+    this.stats.inFlight++;
+    const f: Forwarded = {
+      conn,
+      clientXid: record.readUInt32BE(0),
+      gss: record.length >= 28 && record.readUInt32BE(24) === AuthFlavor.RPCSEC_GSS,
+      link: null as unknown as UpstreamLink,
+      xid: 0,
+    };
+    pool.acquire().then(
+      (link) => this.send(f, link, record),
+      (err: { code?: string; message: string; details?: Record<string, unknown> }) => {
+        this.stats.inFlight--;
+        this.fail(conn, 'ERR_UPSTREAM_UNAVAILABLE', `upstream ${k} unavailable: ${err.message}`, {
+          upstream: k,
+          cause: err.code,
+        });
+      },
+    );
+  }
+
+  onClose(_conn: FrontendConnection): void {
+    // Nothing is kept per client: replies find the connection through their call, and are dropped when
+    // it has closed.
+  }
+
+  /** Closes every upstream connection once its outstanding calls are answered (never a half-close first). */
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.all([...this.pools.values()].map((p) => p.close()));
+  }
+
+  private send(f: Forwarded, link: UpstreamLink, record: Buffer): void {
+    if (f.conn.closed) {
+      // The client went away while the upstream connection was being made.
+      this.stats.inFlight--;
+      return;
+    }
+    f.link = link;
+    f.xid = f.gss ? f.clientXid : link.allocateXid();
+    if (!f.gss) record.writeUInt32BE(f.xid, 0);
+    link.client.callRaw([record]).then(
+      (reply) => this.onReply(f, reply),
+      (err: { code?: string; message: string }) => this.onFailed(f, err),
+    );
+  }
+
+  private onReply(f: Forwarded, reply: RpcReply): void {
+    this.stats.inFlight--;
+    if (!f.gss) f.link.releaseXid(f.xid);
+    if (f.conn.closed) {
+      this.stats.orphanedReplies++;
+      return;
+    }
+    this.stats.replies++;
+    reply.message.writeUInt32BE(f.clientXid, 0);
+    f.conn.sendReply([reply.message]);
+  }
+
+  private onFailed(f: Forwarded, err: { code?: string; message: string }): void {
+    this.stats.inFlight--;
+    if (!f.gss) f.link.releaseXid(f.xid);
+    if (f.conn.closed) return;
+    const code = err.code === 'ERR_CLIENT_XID_IN_USE' ? err.code : 'ERR_UPSTREAM_LOST';
+    this.fail(f.conn, code, `upstream ${f.link.target}: ${err.message}`, {
+      upstream: f.link.target,
+      xid: f.clientXid,
+    });
+  }
+
+  /** Closes the client so that it retransmits; the gateway does not answer for the server (DESIGN §3). */
+  private fail(
+    conn: FrontendConnection,
+    code: string,
+    message: string,
+    details: Record<string, unknown>,
+  ): void {
+    this.stats.errors[code] = (this.stats.errors[code] ?? 0) + 1;
+    if (conn.closed || conn.closing) return;
+    this.stats.clientsClosed++;
+    conn.log.warn({ code, ...details }, `${message}; closing the client so that it retransmits`);
+    conn.destroy(code, message, details);
+  }
+}

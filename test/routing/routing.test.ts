@@ -1,0 +1,234 @@
+/**
+ * Program routing (issue 14): configuration validation, the table, and dispatch over real sockets — the
+ * built-in test program behind the RDMA route (embedded chain) and behind the TCP passthrough, an
+ * unrouted program answered PROG_UNAVAIL, and an upstream that is down (a counted failure, never a hang).
+ */
+import test from 'ava';
+import { ConfigError } from '../../common/errors.js';
+import { type GatewayConfig, loadConfig } from '../../gateway/config.js';
+import { listenPlanFor, parseRoute, RoutingTable, routingTableFor } from '../../gateway/dispatch.js';
+import { type Gateway, startGateway } from '../../gateway/gateway.js';
+import { MOUNT_PROGRAM, NFS_PROGRAM } from '../../gateway/portmapper/programs.js';
+import {
+  serveTestProgram,
+  TEST_PROGRAM,
+  TEST_VERSION,
+  TestProc,
+  TestProgramClient,
+} from '../../gateway/test-program/index.js';
+import { AcceptStat } from '../../rpc/constants.js';
+import { encodeCallHeader } from '../../rpc/message.js';
+import { XdrWriter } from '../../rpc/xdr.js';
+import { RpcClient } from '../../tcp-frontend/client.js';
+import { freePort } from './helpers.js';
+
+function config(flags: Record<string, string[]> = {}): GatewayConfig {
+  const { config } = loadConfig({ env: {}, flags: new Map(Object.entries(flags)) });
+  config.frontend.listen = [{ host: '127.0.0.1', port: 0 }];
+  config.rdma.provider = 'soft';
+  config.rdma.poolSize = 1;
+  config.log.level = 'silent';
+  return config;
+}
+
+async function gatewayWith(flags: Record<string, string[]>): Promise<Gateway> {
+  return startGateway({ config: config(flags), backoff: { initialMs: 50, maxMs: 500 } });
+}
+
+function callMessage(xid: number, prog: number, vers: number, proc: number): Buffer {
+  const w = new XdrWriter(64);
+  encodeCallHeader(w, { xid, prog, vers, proc });
+  return w.toBuffer();
+}
+
+// --------------------------------------------------------------------------------------------------
+// Validation
+
+test('routes: unknown program names, kinds, duplicates and bad addresses are errors naming the key', (t) => {
+  const cases: [string[], RegExp][] = [
+    [
+      ['mountt=tcp@10.0.0.1:20048'],
+      /^routes: route 'mountt=tcp@10.0.0.1:20048': unknown program 'mountt' \(did you mean mountd\?\)/,
+    ],
+    [['nfs=udp'], /^routes: route 'nfs=udp': 'udp' is not rdma, tcp or local/],
+    [['nfs=rdma', 'nfs=tcp@h:1'], /^routes: duplicate route for nfs: 'nfs=rdma' and 'nfs=tcp@h:1'/],
+    [['mount.3=tcp@h:1', '100005.3=rdma'], /duplicate route for mountd version 3/],
+    [['mount=tcp@10.0.0.1:99999'], /^routes: .*invalid port '99999'/],
+    [['mount=tcp@10.0.0.1'], /^routes: .*has no port/],
+    [['nfs=rdma@h:1'], /only a tcp route takes @HOST:PORT/],
+    [['nfs'], /is not PROGRAM\[\.VERSION\]=/],
+  ];
+  for (const [routes, message] of cases) {
+    const err = t.throws(() => loadConfig({ env: {}, flags: new Map([['routes', routes]]) }), {
+      instanceOf: ConfigError,
+    });
+    t.regex(err?.message ?? '', message, routes.join(','));
+    t.is((err as ConfigError).details.key, 'routes');
+    t.is((err as ConfigError).details.source, 'flag');
+  }
+});
+
+test('routes from the environment and a file mapping; listeners with unknown programs are refused', (t) => {
+  const { config } = loadConfig({
+    env: { RPCRDMA_GATEWAY_ROUTES: 'mount=tcp@[::1]:20048, nlm.4=tcp@10.0.0.2:4045,400100.2=rdma' },
+  });
+  t.deepEqual(config.routes, [
+    { program: MOUNT_PROGRAM, version: null, kind: 'tcp', upstream: { host: '::1', port: 20048 } },
+    { program: 100021, version: 4, kind: 'tcp', upstream: { host: '10.0.0.2', port: 4045 } },
+    { program: 400100, version: 2, kind: 'rdma', upstream: null },
+  ]);
+  const err = t.throws(() => loadConfig({ env: { RPCRDMA_GATEWAY_LISTENERS: '0.0.0.0:20048=mountdd' } }));
+  t.regex(
+    err?.message ?? '',
+    /^listeners: unknown program 'mountdd'.*did you mean mountd\?.*RPCRDMA_GATEWAY_LISTENERS/,
+  );
+});
+
+test('a tcp route without an upstream, a foreign local route, and a port with two program sets fail at start', (t) => {
+  const noUpstream = config({ routes: ['mount=tcp'] });
+  t.throws(() => routingTableFor(noUpstream), {
+    instanceOf: ConfigError,
+    message: /^routes: 'mountd=tcp' names no upstream/,
+  });
+  const local = config({ routes: ['nfs=local'] });
+  t.throws(() => routingTableFor(local), {
+    instanceOf: ConfigError,
+    message: /serves only the portmapper itself/,
+  });
+  const ports = config({ listeners: ['127.0.0.1:20048=mount', '[::1]:20048=nfs'] });
+  t.throws(() => listenPlanFor(ports), {
+    instanceOf: ConfigError,
+    message: /^listeners: port 20048 is given two different program sets/,
+  });
+});
+
+test('the default table: NFS over RDMA; MOUNT over RDMA without a passthrough upstream, over TCP with one', (t) => {
+  const plain = routingTableFor(config());
+  t.is(plain.lookup(NFS_PROGRAM, 3)?.kind, 'rdma');
+  t.is(plain.lookup(MOUNT_PROGRAM, 3)?.kind, 'rdma');
+  t.is(plain.lookup(100000, 2), undefined);
+  t.is(plain.lookup(12345, 1), undefined);
+  const withUpstream = routingTableFor(
+    config({ 'passthrough-upstream': ['10.0.0.2:20048'], 'portmapper-enabled': ['true'] }),
+  );
+  for (const p of [MOUNT_PROGRAM, 100021, 100024, 100011]) t.is(withUpstream.lookup(p, 1)?.kind, 'tcp');
+  t.is(withUpstream.lookup(100000, 4)?.kind, 'local');
+  t.is(withUpstream.lookup(NFS_PROGRAM, 4)?.kind, 'rdma');
+});
+
+test('a versioned route wins over the program-wide one; duplicates are refused by the table too', (t) => {
+  const table = new RoutingTable([parseRoute('nfs=rdma'), parseRoute('nfs.4=tcp@h:2049')]);
+  t.is(table.lookup(NFS_PROGRAM, 3)?.kind, 'rdma');
+  t.is(table.lookup(NFS_PROGRAM, 4)?.kind, 'tcp');
+  t.deepEqual(table.versionsOf(NFS_PROGRAM), [3, 4]);
+  t.throws(() => new RoutingTable([parseRoute('nfs.3=rdma'), parseRoute('100003.3=tcp@h:1')]), {
+    message: /duplicate route for nfs version 3/,
+  });
+});
+
+// --------------------------------------------------------------------------------------------------
+// Dispatch over real sockets
+
+test('rdma route: the test program through the embedded chain; an unrouted program gets PROG_UNAVAIL', async (t) => {
+  const g = await gatewayWith({});
+  t.teardown(() => g.stop(1000));
+  const port = g.addresses[0].port;
+  const client = await TestProgramClient.connect({ host: '127.0.0.1', port });
+  const data = Buffer.from('over rdma');
+  t.deepEqual(await client.echo(data), data);
+  const rpc = await RpcClient.connect({ host: '127.0.0.1', port });
+  const reply = await rpc.call(12345, 1, 0);
+  t.is(reply.acceptStat, AcceptStat.PROG_UNAVAIL);
+  await rpc.close();
+  await client.rpc.close();
+  const s = g.snapshot();
+  t.is(s.dispatch?.rdma, 1);
+  t.is(s.dispatch?.unavailable, 1);
+  t.is(s.dispatch?.tcp, 0);
+  t.is(s.router.calls, 1, 'the unrouted call never reached the router');
+});
+
+test('tcp route: calls pass through with XIDs mapped per upstream connection, replies from the real server', async (t) => {
+  const upstream = await serveTestProgram();
+  t.teardown(() => upstream.close({ drainTimeoutMs: 100 }));
+  const up = upstream.addresses[0];
+  const g = await gatewayWith({
+    routes: [`test=tcp@127.0.0.1:${up.port}`, `mount=tcp@127.0.0.1:${up.port}`],
+  });
+  t.teardown(() => g.stop(1000));
+  const port = g.addresses[0].port;
+  // Two clients use the very same XIDs at the same time: the single upstream connection must not mix them.
+  const a = await RpcClient.connect({ host: '127.0.0.1', port });
+  const b = await RpcClient.connect({ host: '127.0.0.1', port });
+  const calls: Promise<unknown>[] = [];
+  for (let xid = 1; xid <= 20; xid++) {
+    for (const c of [a, b])
+      calls.push(c.callRaw([callMessage(xid, TEST_PROGRAM, TEST_VERSION, TestProc.NULL)]));
+  }
+  const replies = (await Promise.all(calls)) as { xid: number; acceptStat: number }[];
+  t.deepEqual(
+    replies.map((r) => r.xid),
+    Array.from({ length: 40 }, (_, i) => (i >> 1) + 1),
+  );
+  t.true(replies.every((r) => r.acceptStat === AcceptStat.SUCCESS));
+  // MOUNT goes to the same upstream, which is not a MOUNT server: its own PROG_UNAVAIL comes back.
+  const m = await a.call(MOUNT_PROGRAM, 3, 0);
+  t.is(m.acceptStat, AcceptStat.PROG_UNAVAIL);
+  const echo = new TestProgramClient(b);
+  const big = Buffer.alloc(300_000, 7);
+  t.deepEqual(await echo.echo(big), big);
+  await a.close();
+  await b.close();
+  const s = g.snapshot();
+  t.is(s.dispatch?.tcp, 42);
+  t.is(s.dispatch?.rdma, 0);
+  t.is(s.passthrough?.replies, 42);
+  t.is(s.passthrough?.upstreamConnects, 1);
+  t.is(s.passthrough?.inFlight, 0);
+  t.is(upstream.handler.stats.calls.NULL, 40);
+  t.is(s.frontend.callsInFlight, 0);
+});
+
+test('a tcp route to an upstream that is down: the client is closed (counted, logged), no reply is made up', async (t) => {
+  const dead = await freePort();
+  const g = await gatewayWith({ routes: [`test=tcp@127.0.0.1:${dead}`] });
+  t.teardown(() => g.stop(1000));
+  const rpc = await RpcClient.connect({ host: '127.0.0.1', port: g.addresses[0].port });
+  const started = Date.now();
+  const err = await t.throwsAsync(
+    rpc.call(TEST_PROGRAM, TEST_VERSION, TestProc.NULL, [], { timeoutMs: 5000 }),
+  );
+  t.is((err as { code?: string }).code, 'ERR_CLIENT_CLOSED');
+  t.true(Date.now() - started < 4000, 'failed fast, no hang');
+  const s = g.snapshot();
+  t.is(s.passthrough?.upstreamConnectFailures, 1);
+  t.is(s.passthrough?.errors.ERR_UPSTREAM_UNAVAILABLE, 1);
+  t.is(s.passthrough?.clientsClosed, 1);
+  t.is(s.frontend.closes.ERR_UPSTREAM_UNAVAILABLE, 1);
+  // A retransmission within the retry window fails at once, without a second connection attempt.
+  const again = await RpcClient.connect({ host: '127.0.0.1', port: g.addresses[0].port });
+  await t.throwsAsync(again.call(TEST_PROGRAM, TEST_VERSION, TestProc.NULL, [], { timeoutMs: 5000 }));
+  t.is(g.snapshot().passthrough?.upstreamConnectFailures, 1);
+  t.is(g.snapshot().passthrough?.errors.ERR_UPSTREAM_UNAVAILABLE, 2);
+});
+
+test('an upstream lost with calls on it closes their clients; the next call reconnects', async (t) => {
+  const upstream = await serveTestProgram();
+  const g = await gatewayWith({ routes: [`test=tcp@127.0.0.1:${upstream.addresses[0].port}`] });
+  t.teardown(() => g.stop(1000));
+  const port = g.addresses[0].port;
+  const c = await TestProgramClient.connect({ host: '127.0.0.1', port });
+  await c.null();
+  await upstream.close({ drainTimeoutMs: 0 });
+  const restarted = await serveTestProgram({ port: upstream.addresses[0].port });
+  t.teardown(() => restarted.close({ drainTimeoutMs: 100 }));
+  // The client's connection may be closed by the loss, or its next call may find the new upstream.
+  await c.null().catch(() => undefined);
+  const d = await TestProgramClient.connect({ host: '127.0.0.1', port });
+  await d.null();
+  await d.rpc.close();
+  const s = g.snapshot().passthrough;
+  t.is(s?.upstreamLost, 1);
+  t.is(s?.upstreamConnects, 2);
+  t.true(restarted.handler.stats.calls.NULL >= 1);
+});
