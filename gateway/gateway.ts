@@ -181,6 +181,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     size: config.rdma.poolSize,
     options: transport,
     requester: router,
+    responder: router.backchannel,
     backoff: o.backoff,
   });
   // Program routing (issue 14): the dispatcher sends each call to the router, the passthrough or the

@@ -16,6 +16,14 @@
  *   queue and is sent on another or a new connection. A call that waits longer than `holdTimeMs` for a
  *   connection closes its client's TCP connection, so the client retransmits by itself; a call the peer
  *   refused for good (`retransmit: false`) does the same. No RPC reply is ever invented (DESIGN §3).
+ * - NFSv4.1 sessions (RFC 8881 §2.10): the session id of each CREATE_SESSION reply (and
+ *   BIND_CONN_TO_SESSION) is learned per client, and every call naming the session in its SEQUENCE goes
+ *   on the RDMA connection the session was created or bound on, so the server's connection binding and
+ *   backchannel stay consistent. When that connection is gone the call goes to the least-loaded one and
+ *   the session follows it (re-learned). Sessions are forgotten on a successful DESTROY_SESSION or when
+ *   their client leaves. Only calls the session parser tagged have their replies inspected.
+ * - Backchannel (gateway/backchannel/relay.ts): backward calls on a connection go to the client owning
+ *   the session; REPLY records from clients are their answers.
  * - A client that went away: its waiting calls are dropped; replies to its calls in flight are consumed
  *   when they arrive and their records and buffers released. (The transport's `abandon` is not used: it
  *   reports nothing once the call is over, so the router could not tell when the record and the XID are
@@ -32,9 +40,12 @@ import type {
 import { MsgType } from '../rpc/constants.js';
 import { RpcCallHeader } from '../rpc/message.js';
 import type { CloseReason, FrontendConnection, FrontendHandler } from '../tcp-frontend/server.js';
+import { BackchannelRelay, type BackchannelStats } from './backchannel/relay.js';
 import { type CallRecord, CallRecordPool, type ConnectionLink } from './router/call-record.js';
 import { ClientRing, ClientState } from './router/client-state.js';
+import { SessionTable } from './router/sessions.js';
 import type { UlbRegistry } from './ulb/registry.js';
+import { SessionOp, SessionReply, sessionOfReply, sessionOpOfCall } from './ulb/sessions.js';
 import { UlbOutcome } from './ulb/types.js';
 
 const EMPTY = Buffer.alloc(0);
@@ -49,7 +60,7 @@ export interface RouterOptions {
 }
 
 /** Counters (monotonic) and gauges (current values) of the router, as plain numbers. */
-export interface RouterStats {
+export interface RouterStats extends BackchannelStats {
   calls: number;
   replies: number;
   /** Replies for clients that had gone away: consumed and released. */
@@ -64,8 +75,18 @@ export interface RouterStats {
   refused: number;
   /** Records that were neither a call nor usable (closed the client). */
   malformed: number;
-  /** Replies from clients to backchannel calls with nowhere to go yet (NFSv4.1 backchannel routing). */
-  backchannelRepliesDropped: number;
+  /** NFSv4.1 sessions learned from CREATE_SESSION / BIND_CONN_TO_SESSION replies. */
+  sessionsLearned: number;
+  /** Sessions forgotten after a successful DESTROY_SESSION. */
+  sessionsDestroyed: number;
+  /** Sessions forgotten because their client left. */
+  sessionsDropped: number;
+  /** Session calls sent on another connection because theirs was gone (the session follows). */
+  sessionMoves: number;
+  /** Times a session call waited for a credit on its own connection while others went first. */
+  affinityWaits: number;
+  /** Gauge: sessions known. */
+  sessions: number;
   /** Calls the ULB did not understand (sent without DDP, reply size unknown). */
   ulbUnknown: number;
   ulbPartial: number;
@@ -89,7 +110,18 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     holdExpired: 0,
     refused: 0,
     malformed: 0,
+    backchannelCalls: 0,
+    backchannelReplies: 0,
+    backchannelOrphans: 0,
+    backchannelUnanswered: 0,
     backchannelRepliesDropped: 0,
+    backchannelRepliesLost: 0,
+    sessionsLearned: 0,
+    sessionsDestroyed: 0,
+    sessionsDropped: 0,
+    sessionMoves: 0,
+    affinityWaits: 0,
+    sessions: 0,
     ulbUnknown: 0,
     ulbPartial: 0,
     gssXidCollisions: 0,
@@ -109,6 +141,9 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   private readonly clients = new Set<ClientState>();
   private links: ConnectionLink[] = [];
   private readonly linkOf = new Map<RpcRdmaConnection, ConnectionLink>();
+  private readonly sessions = new SessionTable();
+  /** Backward calls from the pool's connections (also the pool's default responder handler). */
+  readonly backchannel = new BackchannelRelay(this.sessions, this.stats);
   private pool: ConnectionPool | null = null;
   private timer: NodeJS.Timeout | null = null;
   private pumping = false;
@@ -145,6 +180,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   snapshot(): RouterStats {
     const s = this.stats;
     s.clients = this.clients.size;
+    s.sessions = this.sessions.size;
     s.recordsInUse = this.records.inUse;
     s.recordsCreated = this.records.created;
     return { ...s };
@@ -166,9 +202,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     }
     const msgType = record.readUInt32BE(4);
     if (msgType === MsgType.REPLY) {
-      // A reply to a backchannel call: routing those needs NFSv4.1 session tracking (not here yet).
-      this.stats.backchannelRepliesDropped++;
-      conn.release();
+      this.backchannel.onClientReply(client, conn, record);
       return;
     }
     if (msgType !== MsgType.CALL) {
@@ -194,6 +228,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     if (client === undefined || client.closed) return;
     client.closed = true;
     this.clients.delete(client);
+    this.stats.sessionsDropped += this.backchannel.clientGone(client, this.links);
     // Calls not sent yet are simply dropped; those in flight are consumed when their replies come.
     for (let r = client.shift(); r !== null; r = client.shift()) {
       this.stats.queued--;
@@ -208,6 +243,11 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       const h = this.header.decode(record, 0, record.length);
       r.gss = h.isGss;
       this.registry.planCall(h, r.plan);
+      const op = sessionOpOfCall(h, record, r.sessionId);
+      r.sessionOp = op;
+      if (op === SessionOp.SEQUENCE || op === SessionOp.BIND || op === SessionOp.DESTROY) {
+        r.session = this.sessions.find(r.sessionId);
+      }
     } catch {
       r.gss = false;
       r.plan.fallBack();
@@ -249,9 +289,11 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
         }
         const link = this.pick(r);
         if (link === null) {
-          if (!r.gss) break; // no credit anywhere: wait for a reply or a new connection
-          // This GSS XID is in use wherever a credit is free: let the other clients go first.
-          this.stats.gssXidCollisions++;
+          if (!r.gss && !this.bound(r)) break; // no credit anywhere: wait for a reply or a new connection
+          // This GSS XID is in use wherever a credit is free, or the session's own connection has no
+          // credit now: let the other clients go first.
+          if (r.gss) this.stats.gssXidCollisions++;
+          else this.stats.affinityWaits++;
           this.ring.push(this.ring.shift() as ClientState);
           misses++;
           continue;
@@ -269,15 +311,33 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     }
   }
 
-  /** The ready connection with a free credit and the fewest calls outstanding (and a free XID for GSS). */
+  /** True when the call belongs to a session whose connection is still alive (it must go there). */
+  private bound(r: CallRecord): boolean {
+    const s = r.session;
+    return s !== null && s.link !== null && s.link.conn.state !== 'closed' && this.linkOf.has(s.link.conn);
+  }
+
+  /** Whether `l` can take a call now. */
+  private static free(l: ConnectionLink): boolean {
+    const c = l.conn;
+    return c.state === 'ready' && c.queuedCalls === 0 && c.credits.canSend();
+  }
+
+  /**
+   * A session's call: its session's connection (or nothing until it has a credit). Otherwise the ready
+   * connection with a free credit and the fewest calls outstanding (and a free XID for GSS).
+   */
   private pick(r: CallRecord): ConnectionLink | null {
+    if (this.bound(r)) {
+      const l = (r.session as { link: ConnectionLink }).link;
+      return Router.free(l) && !(r.gss && l.xids.has(r.clientXid)) ? l : null;
+    }
     let best: ConnectionLink | null = null;
     let bestLoad = Number.POSITIVE_INFINITY;
     const links = this.links;
     for (let i = 0; i < links.length; i++) {
       const l = links[i];
-      const c = l.conn;
-      if (c.state !== 'ready' || c.queuedCalls > 0 || !c.credits.canSend()) continue;
+      if (!Router.free(l)) continue;
       if (r.gss && l.xids.has(r.clientXid)) continue;
       const load = l.xids.size;
       if (load < bestLoad) {
@@ -303,6 +363,13 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     }
     link.xids.set(r.xid, r);
     r.link = link;
+    const s = r.session;
+    if (s !== null && s.link !== link) {
+      // Its connection is gone: the session follows the call (the server binds the new connection
+      // implicitly on SEQUENCE for SP4_NONE, RFC 8881 §2.10.3.1; the client re-binds its backchannel).
+      if (s.link !== null) this.stats.sessionMoves++;
+      s.link = link;
+    }
     r.attempts++;
     client.inFlight++;
     this.stats.inFlight++;
@@ -313,11 +380,14 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   // From the transport
 
   onReply(r: CallRecord, reply: Buffer): void {
+    const link = r.link;
     this.unlink(r);
     const client = r.client as ClientState;
     if (client.closed) {
       this.stats.orphanedReplies++;
     } else {
+      if (r.sessionOp !== SessionOp.NONE && r.sessionOp !== SessionOp.SEQUENCE)
+        this.sessionReply(r, link, reply);
       if (!r.gss) reply.writeUInt32BE(r.clientXid, 0);
       client.replies++;
       this.stats.replies++;
@@ -362,6 +432,25 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     this.pump();
   }
 
+  /** Learns or forgets a session from the reply to a CREATE_SESSION, BIND_CONN_TO_SESSION or DESTROY_SESSION. */
+  private sessionReply(r: CallRecord, link: ConnectionLink | null, reply: Buffer): void {
+    const client = r.client as ClientState;
+    const outcome = sessionOfReply(reply, r.sessionOp, r.sessionId);
+    if (outcome === SessionReply.FAILED) return;
+    if (r.sessionOp === SessionOp.DESTROY) {
+      const s = this.sessions.find(r.sessionId);
+      if (s !== null) {
+        this.backchannel.forget(s, this.links);
+        this.stats.sessionsDestroyed++;
+      }
+      return;
+    }
+    const known = this.sessions.find(r.sessionId) !== null;
+    const s = this.sessions.learn(r.sessionId, client, link);
+    if (!known) this.stats.sessionsLearned++;
+    if (outcome === SessionReply.BACK && link !== null) link.backchannel = s;
+  }
+
   locateResult(r: CallRecord, reducedReply: Buffer, index: number): number {
     return r.plan.locateResult(reducedReply, index);
   }
@@ -388,7 +477,10 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     let changed = live.length !== this.links.length;
     for (const conn of live) {
       if (!this.linkOf.has(conn)) {
-        this.linkOf.set(conn, { conn, xids: new Map() });
+        const link: ConnectionLink = { conn, xids: new Map(), backchannel: null };
+        this.linkOf.set(conn, link);
+        // Backward calls are reported per connection, so the relay knows where each came from.
+        conn.setResponder(this.backchannel.portFor(link));
         changed = true;
       }
     }

@@ -5,8 +5,10 @@
  * allocates for the socket data.
  */
 import type { DdpItem, RpcRdmaConnection, TransportCall } from '../../rdma-backend/transport/index.js';
+import { SESSIONID_SIZE, SessionOp } from '../ulb/sessions.js';
 import { UlbCallPlan } from '../ulb/types.js';
 import type { ClientState } from './client-state.js';
+import type { Session } from './sessions.js';
 
 const EMPTY = Buffer.alloc(0);
 
@@ -15,6 +17,8 @@ export interface ConnectionLink {
   readonly conn: RpcRdmaConnection;
   /** Gateway XID (or an RPCSEC_GSS call's own XID) → the call carrying it on this connection. */
   readonly xids: Map<number, CallRecord>;
+  /** The NFSv4.1 session whose backchannel is bound to this connection (CB_NULL and unnamed callbacks). */
+  backchannel: Session | null;
 }
 
 export class CallRecord implements TransportCall {
@@ -42,6 +46,12 @@ export class CallRecord implements TransportCall {
   attempts = 0;
   /** Next call in the client's queue (intrusive FIFO: no queue nodes allocated). */
   next: CallRecord | null = null;
+  /** What the call means for NFSv4.1 session state (`SessionOp.NONE` for everything else). */
+  sessionOp: SessionOp = SessionOp.NONE;
+  /** The session id the call names (SEQUENCE, BIND_CONN_TO_SESSION, DESTROY_SESSION) or a reply granted. */
+  readonly sessionId = Buffer.alloc(SESSIONID_SIZE);
+  /** The known session the call belongs to: it goes on that session's connection (affinity). */
+  session: Session | null = null;
 
   constructor() {
     this.ddpArgs = this.plan.args;
@@ -59,6 +69,8 @@ export class CallRecord implements TransportCall {
     this.queuedAt = 0;
     this.attempts = 0;
     this.next = null;
+    this.sessionOp = SessionOp.NONE;
+    this.session = null;
     this.plan.fallBack();
     this.plan.binding = null;
   }

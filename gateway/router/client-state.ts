@@ -3,7 +3,9 @@
  * its bookkeeping for the fair scheduler. Stored in `FrontendConnection.context`.
  */
 import type { FrontendConnection } from '../../tcp-frontend/server.js';
+import type { PendingCallback } from '../backchannel/relay.js';
 import type { CallRecord } from './call-record.js';
+import type { Session } from './sessions.js';
 
 export class ClientState {
   readonly conn: FrontendConnection;
@@ -20,6 +22,12 @@ export class ClientState {
   /** Calls this client sent, and replies it got (for the admin API and tests). */
   calls = 0;
   replies = 0;
+  /** NFSv4.1 sessions this client created (or bound) through the gateway. */
+  readonly sessions: Session[] = [];
+  /** Backward calls relayed to this client, by the XID they carry on its connection (created on first use). */
+  callbacks: Map<number, PendingCallback> | null = null;
+  /** Last backward-call XID used on this connection (starts random, like the router's gateway XIDs). */
+  nextCallbackXid = (Math.random() * 0x1_0000_0000) >>> 0;
 
   constructor(conn: FrontendConnection) {
     this.conn = conn;

@@ -1,0 +1,163 @@
+/**
+ * The NFSv4.1 backchannel relay (DESIGN §1 "Backchannel", RFC 8881 §2.10.3.1, RFC 8167): a backward
+ * Call arriving on an RDMA connection of the pool goes to the TCP client that owns the session named in
+ * its CB_SEQUENCE; CB_NULL and calls without a session go to the client whose session has its
+ * backchannel on that connection. The client's Reply goes back on the same RDMA connection with the
+ * server's XID.
+ *
+ * - XIDs: a backward call gets an XID chosen per client connection, so callbacks from two RDMA
+ *   connections (two servers' XID spaces) can never collide on one client; the server's XID is restored
+ *   on the way back.
+ * - A callback for a client that is gone, or for a session nobody owns, gets no RPC reply: inventing one
+ *   would lie to the server (DESIGN §3); the server's own callback timeout handles it (it marks the path
+ *   down and tells the client through SEQ4_STATUS_CB_PATH_DOWN). It is counted. It is refused at the
+ *   RPC-over-RDMA level instead (RDMA2_ERR_SYSTEM; Version 1: ERR_CHUNK, RFC 8166 §4.5): a backward credit
+ *   comes back only with an answer (RFC 8167 §4), so a call left unanswered would pin one of the few
+ *   backward credits of that connection for good and stall every other session's callbacks behind it
+ *   (seen in test/backchannel/relay.test.ts). The responder role drops a refused backward call without
+ *   answering its upstream, so the server still sees only its own timeout.
+ * - Backward credits and the inline-only rule (RFC 8167 §4, §5) are the transport's job.
+ */
+import { RDMA2_ERR_SYSTEM } from '../../rdma-backend/protocol/index.js';
+import type { InboundCall, ResponderHandler } from '../../rdma-backend/transport/index.js';
+import { RpcCallHeader } from '../../rpc/message.js';
+import type { FrontendConnection } from '../../tcp-frontend/server.js';
+import type { ConnectionLink } from '../router/call-record.js';
+import type { ClientState } from '../router/client-state.js';
+import type { Session, SessionTable } from '../router/sessions.js';
+import { SESSIONID_SIZE, sessionOfCallback } from '../ulb/sessions.js';
+
+/** Backchannel counters, kept in the router's stats object (plain numbers for the admin API). */
+export interface BackchannelStats {
+  /** Backward calls relayed to a client. */
+  backchannelCalls: number;
+  /** Client replies relayed back to the RDMA connection. */
+  backchannelReplies: number;
+  /** Backward calls with no live client to go to (no RPC reply; refused at the RPC-over-RDMA level). */
+  backchannelOrphans: number;
+  /** Backward calls relayed to a client that left before answering (likewise). */
+  backchannelUnanswered: number;
+  /** Client replies matching no relayed backward call (dropped). */
+  backchannelRepliesDropped: number;
+  /** Client replies whose RDMA connection had closed meanwhile (the server retries on its own). */
+  backchannelRepliesLost: number;
+}
+
+/** A backward call relayed to a client, waiting for its reply. */
+export interface PendingCallback {
+  readonly inbound: InboundCall;
+  readonly link: ConnectionLink;
+}
+
+/** One per RDMA connection: the transport reports backward calls per connection through it. */
+class BackchannelPort implements ResponderHandler {
+  constructor(
+    private readonly relay: BackchannelRelay,
+    private readonly link: ConnectionLink,
+  ) {}
+
+  onCall(call: InboundCall): void {
+    this.relay.onBackwardCall(this.link, call);
+  }
+}
+
+export class BackchannelRelay implements ResponderHandler {
+  private readonly header = new RpcCallHeader();
+  private readonly id = Buffer.alloc(SESSIONID_SIZE);
+  private readonly one: Buffer[] = [Buffer.alloc(0)];
+
+  constructor(
+    private readonly sessions: SessionTable,
+    private readonly stats: BackchannelStats,
+  ) {}
+
+  /** The responder handler to install on `link`'s connection. */
+  portFor(link: ConnectionLink): ResponderHandler {
+    return new BackchannelPort(this, link);
+  }
+
+  /**
+   * A backward call on a connection the router does not know yet (the pool's default handler): no session
+   * can have its backchannel there, so it has nowhere to go.
+   */
+  onCall(_call: InboundCall): void {
+    // The connection is not known here (InboundCall does not name it), so the call cannot be refused and
+    // keeps its credit; it can only happen in the ≤ 1 tick after a connection became ready.
+    this.stats.backchannelOrphans++;
+  }
+
+  onBackwardCall(link: ConnectionLink, call: InboundCall): void {
+    const msg = call.message;
+    let session: Session | null = null;
+    let named = false;
+    try {
+      this.header.decode(msg, 0, msg.length);
+      named = sessionOfCallback(this.header, msg, this.id);
+    } catch {
+      named = false; // not even an RPC call header: the client will answer GARBAGE_ARGS or nothing
+    }
+    session = named ? this.sessions.find(this.id) : link.backchannel;
+    const client = session?.client ?? null;
+    if (client === null || client.closed) {
+      this.stats.backchannelOrphans++;
+      link.conn.replyError(call, REFUSED);
+      return;
+    }
+    client.callbacks ??= new Map();
+    const pending = client.callbacks;
+    let xid = client.nextCallbackXid;
+    do xid = (xid + 1) >>> 0;
+    while (pending.has(xid));
+    client.nextCallbackXid = xid;
+    pending.set(xid, { inbound: call, link });
+    msg.writeUInt32BE(xid, 0); // the transport gave us this buffer: it is ours to rewrite
+    this.stats.backchannelCalls++;
+    this.one[0] = msg;
+    client.conn.sendRecord(this.one);
+    this.one[0] = EMPTY;
+  }
+
+  /** A REPLY record from a client: the answer to a relayed callback (or nothing we know). */
+  onClientReply(client: ClientState, conn: FrontendConnection, record: Buffer): void {
+    const xid = record.readUInt32BE(0);
+    const p = client.callbacks?.get(xid);
+    if (p === undefined) {
+      this.stats.backchannelRepliesDropped++;
+    } else {
+      client.callbacks?.delete(xid);
+      record.writeUInt32BE(p.inbound.xid, 0);
+      if (p.link.conn.state === 'closed') {
+        this.stats.backchannelRepliesLost++;
+      } else {
+        p.link.conn.reply(p.inbound, record);
+        this.stats.backchannelReplies++;
+      }
+    }
+    conn.release();
+  }
+
+  /** The client left: its relayed callbacks stay unanswered (counted), its sessions are forgotten. */
+  clientGone(client: ClientState, links: readonly ConnectionLink[]): number {
+    if (client.callbacks !== null) {
+      this.stats.backchannelUnanswered += client.callbacks.size;
+      for (const p of client.callbacks.values()) p.link.conn.replyError(p.inbound, REFUSED);
+      client.callbacks.clear();
+    }
+    let n = 0;
+    while (client.sessions.length > 0) {
+      this.forget(client.sessions[client.sessions.length - 1], links);
+      n++;
+    }
+    return n;
+  }
+
+  /** Forgets a session and the backchannel it had on any connection. */
+  forget(s: Session, links: readonly ConnectionLink[]): void {
+    for (let i = 0; i < links.length; i++) if (links[i].backchannel === s) links[i].backchannel = null;
+    this.sessions.forget(s);
+  }
+}
+
+const EMPTY = Buffer.alloc(0);
+/** How a callback with nowhere to go is refused (frees its backward credit; no RPC reply is made up). */
+const REFUSED = { code: RDMA2_ERR_SYSTEM } as const;

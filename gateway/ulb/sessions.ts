@@ -1,0 +1,156 @@
+/**
+ * NFSv4.1 session facts the router needs for session affinity and the backchannel relay (RFC 8881 §2.10,
+ * DESIGN §1 "Backchannel"): which COMPOUNDs create, bind, use or destroy a session, the session id in the
+ * ones that name it, the session a CREATE_SESSION / BIND_CONN_TO_SESSION reply grants, and the session a
+ * CB_COMPOUND's CB_SEQUENCE names.
+ *
+ * Only fixed-position fields are read: the tag, then the first operation (and for SEQUENCE, whose
+ * arguments have a fixed size, the second). Nothing here allocates or throws; anything that does not
+ * parse is "not a session operation" and the call is routed like any other (correct, just without
+ * affinity).
+ */
+import type { RpcCallHeader } from '../../rpc/message.js';
+import { gssPlainBody, NFS_PROGRAM } from './nfs3.js';
+import { Nfs4Op } from './nfs4.js';
+import { successResultsOffset } from './types.js';
+
+/** `sessionid4` is `opaque[NFS4_SESSIONID_SIZE]`, NFS4_SESSIONID_SIZE = 16 (RFC 8881 §3.1). */
+export const SESSIONID_SIZE = 16;
+
+/** What a call means for session state (the router's per-call tag; NONE costs nothing more). */
+export const SessionOp = {
+  NONE: 0,
+  /** Starts with SEQUENCE: belongs to the session named (affinity). */
+  SEQUENCE: 1,
+  /** CREATE_SESSION: the session id is in the reply. */
+  CREATE: 2,
+  /** BIND_CONN_TO_SESSION: binds the connection it travels on (the reply says which directions). */
+  BIND: 3,
+  /** DESTROY_SESSION (alone or after SEQUENCE): the session named is gone once the reply says NFS4_OK. */
+  DESTROY: 4,
+} as const;
+export type SessionOp = (typeof SessionOp)[keyof typeof SessionOp];
+
+/** Operation numbers not in the forward walker's table (RFC 8881 §18.34, §18.36). */
+const OP_BIND_CONN_TO_SESSION = 41;
+const OP_CREATE_SESSION = 43;
+/** CB_SEQUENCE (RFC 8881 §20.9). */
+const OP_CB_SEQUENCE = 11;
+const NFSPROC4_COMPOUND = 1;
+const CB_COMPOUND = 1;
+/** SEQUENCE4args: sessionid, sequenceid, slotid, highest_slotid, cachethis (RFC 8881 §18.46.1). */
+const SEQUENCE_ARGS_SIZE = SESSIONID_SIZE + 16;
+/** csr_flags bit: the connection CREATE_SESSION came on is bound to the backchannel (RFC 8881 §18.36.3). */
+export const CREATE_SESSION4_FLAG_CONN_BACK_CHAN = 0x2;
+/** channel_dir_from_server4 CDFS4_BACK bit (CDFS4_BACK = 2, CDFS4_BOTH = 3; RFC 8881 §18.34.3). */
+export const CDFS4_BACK = 0x2;
+
+function u32(b: Buffer, at: number): number {
+  return b.readUInt32BE(at);
+}
+
+/** Position after the COMPOUND tag (`utf8str_cs tag`), or -1 when the tag does not fit in `end`. */
+function afterTag(b: Buffer, at: number, end: number): number {
+  if (at + 4 > end) return -1;
+  const len = u32(b, at);
+  if (len > end - at - 4) return -1;
+  return at + 4 + ((len + 3) & ~3);
+}
+
+/**
+ * Classifies an NFSv4.1+ COMPOUND call (`call` is its decoded header, `msg` the whole call). When the
+ * call names a session (SEQUENCE, BIND_CONN_TO_SESSION, DESTROY_SESSION) the id is copied to `out[0,16)`.
+ */
+export function sessionOpOfCall(call: RpcCallHeader, msg: Buffer, out: Buffer): SessionOp {
+  if (call.prog !== NFS_PROGRAM || call.vers !== 4 || call.proc !== NFSPROC4_COMPOUND) return SessionOp.NONE;
+  if (call.isGss && !gssPlainBody(call)) return SessionOp.NONE; // integrity/privacy bodies are wrapped
+  const end = msg.length;
+  let p = afterTag(msg, call.bodyOffset, end);
+  if (p < 0 || p + 12 > end) return SessionOp.NONE;
+  const minor = u32(msg, p);
+  const numOps = u32(msg, p + 4);
+  const op = u32(msg, p + 8);
+  p += 12;
+  if (minor < 1 || numOps === 0) return SessionOp.NONE;
+  switch (op) {
+    case Nfs4Op.SEQUENCE: {
+      if (p + SEQUENCE_ARGS_SIZE > end) return SessionOp.NONE;
+      // DESTROY_SESSION after SEQUENCE names the session it destroys (RFC 8881 §18.37.3).
+      const next = p + SEQUENCE_ARGS_SIZE;
+      if (numOps >= 2 && next + 4 + SESSIONID_SIZE <= end && u32(msg, next) === Nfs4Op.DESTROY_SESSION) {
+        msg.copy(out, 0, next + 4, next + 4 + SESSIONID_SIZE);
+        return SessionOp.DESTROY;
+      }
+      msg.copy(out, 0, p, p + SESSIONID_SIZE);
+      return SessionOp.SEQUENCE;
+    }
+    case OP_CREATE_SESSION:
+      return SessionOp.CREATE;
+    case OP_BIND_CONN_TO_SESSION:
+    case Nfs4Op.DESTROY_SESSION:
+      if (p + SESSIONID_SIZE > end) return SessionOp.NONE;
+      msg.copy(out, 0, p, p + SESSIONID_SIZE);
+      return op === OP_BIND_CONN_TO_SESSION ? SessionOp.BIND : SessionOp.DESTROY;
+    default:
+      return SessionOp.NONE;
+  }
+}
+
+/**
+ * The outcome of a session operation's reply. For CREATE / BIND: the session id granted is copied to
+ * `out` and the result says whether the connection now carries the backchannel. For DESTROY: whether the
+ * COMPOUND succeeded.
+ */
+export const SessionReply = {
+  /** Not a successful reply of the expected shape: change nothing. */
+  FAILED: -1,
+  /** Succeeded; the connection carries only the fore channel. */
+  FORE: 0,
+  /** Succeeded; the connection carries the backchannel too. */
+  BACK: 1,
+} as const;
+export type SessionReply = (typeof SessionReply)[keyof typeof SessionReply];
+
+/** Reads a session operation's reply (`op` is what `sessionOpOfCall` said about its call). */
+export function sessionOfReply(reply: Buffer, op: SessionOp, out: Buffer): SessionReply {
+  if (op === SessionOp.NONE || op === SessionOp.SEQUENCE) return SessionReply.FAILED;
+  const end = reply.length;
+  let p = successResultsOffset(reply, 0, end);
+  if (p < 0 || p + 4 > end) return SessionReply.FAILED;
+  if (u32(reply, p) !== 0) return SessionReply.FAILED; // COMPOUND4res.status ≠ NFS4_OK
+  if (op === SessionOp.DESTROY) return SessionReply.FORE;
+  p = afterTag(reply, p + 4, end);
+  if (p < 0 || p + 12 + SESSIONID_SIZE + 8 > end) return SessionReply.FAILED;
+  const wantOp = op === SessionOp.CREATE ? OP_CREATE_SESSION : OP_BIND_CONN_TO_SESSION;
+  // resarray<>: count, then the first result: resop, status, resok.
+  if (u32(reply, p) === 0 || u32(reply, p + 4) !== wantOp || u32(reply, p + 8) !== 0)
+    return SessionReply.FAILED;
+  p += 12;
+  reply.copy(out, 0, p, p + SESSIONID_SIZE);
+  p += SESSIONID_SIZE;
+  if (op === SessionOp.CREATE) {
+    // csr_sequence, csr_flags
+    return (u32(reply, p + 4) & CREATE_SESSION4_FLAG_CONN_BACK_CHAN) !== 0
+      ? SessionReply.BACK
+      : SessionReply.FORE;
+  }
+  // bctsr_dir, bctsr_use_conn_in_rdma_mode
+  return (u32(reply, p) & CDFS4_BACK) !== 0 ? SessionReply.BACK : SessionReply.FORE;
+}
+
+/**
+ * The session of a backward call: a CB_COMPOUND (procedure 1 of the client's callback program, any
+ * program number — csa_cb_program is the client's choice) with minorversion ≥ 1 whose first operation is
+ * CB_SEQUENCE (RFC 8881 §20.9.3: it must be). Copies the id to `out` and returns true; false for CB_NULL,
+ * NFSv4.0 callbacks and anything that does not parse.
+ */
+export function sessionOfCallback(call: RpcCallHeader, msg: Buffer, out: Buffer): boolean {
+  if (call.proc !== CB_COMPOUND) return false;
+  const end = msg.length;
+  const p = afterTag(msg, call.bodyOffset, end);
+  // minorversion, callback_ident, argarray count, first argop, csa_sessionid
+  if (p < 0 || p + 16 + SESSIONID_SIZE > end) return false;
+  if (u32(msg, p) < 1 || u32(msg, p + 8) === 0 || u32(msg, p + 12) !== OP_CB_SEQUENCE) return false;
+  msg.copy(out, 0, p + 16, p + 16 + SESSIONID_SIZE);
+  return true;
+}

@@ -1,0 +1,115 @@
+/**
+ * NFSv4.1 messages written by hand, word by word, from the XDR of RFC 8881 (§16.2 COMPOUND, §18.36
+ * CREATE_SESSION, §18.34 BIND_CONN_TO_SESSION, §18.37 DESTROY_SESSION, §18.46 SEQUENCE, §20.2 CB_RECALL,
+ * §20.9 CB_SEQUENCE, §16.2.1 CB_COMPOUND) and RFC 5531 (RPC headers, AUTH_NONE). Deliberately NOT built
+ * with the gateway's own encoders (rpc/message.ts, rpc/xdr.ts), so that a shared misunderstanding cannot
+ * make a test pass. Labelled "hand-made" wherever a test uses them; no real NFSv4.1 capture was made
+ * (see test/fixtures/nfs41/README.md).
+ */
+
+/** XDR words and opaques, concatenated. */
+export function xdr(...parts: (number | Buffer | bigint)[]): Buffer {
+  const out: Buffer[] = [];
+  for (const p of parts) {
+    if (typeof p === 'number') {
+      const b = Buffer.alloc(4);
+      b.writeUInt32BE(p >>> 0, 0);
+      out.push(b);
+    } else if (typeof p === 'bigint') {
+      const b = Buffer.alloc(8);
+      b.writeBigUInt64BE(p, 0);
+      out.push(b);
+    } else {
+      out.push(p);
+    }
+  }
+  return Buffer.concat(out);
+}
+
+/** Variable-length opaque / string: length word, bytes, zero pad to 4. */
+export function opaque(b: Buffer | string): Buffer {
+  const data = typeof b === 'string' ? Buffer.from(b, 'utf8') : b;
+  const pad = (4 - (data.length % 4)) % 4;
+  return xdr(data.length, data, Buffer.alloc(pad));
+}
+
+export const NFS4_PROGRAM = 100003;
+/** The callback program the test clients choose (csa_cb_program: any number). */
+export const CB_PROGRAM = 0x40000000;
+
+/** RPC call, AUTH_NONE credential and verifier (RFC 5531 §9). */
+export function rpcCall(xid: number, prog: number, vers: number, proc: number, body: Buffer): Buffer {
+  return xdr(xid, 0, 2, prog, vers, proc, 0, 0, 0, 0, body);
+}
+
+/** Accepted, SUCCESS reply, AUTH_NONE verifier. */
+export function rpcReply(xid: number, body: Buffer): Buffer {
+  return xdr(xid, 1, 0, 0, 0, 0, body);
+}
+
+export function compoundCall(xid: number, minor: number, ops: Buffer[], tag = 'hand'): Buffer {
+  return rpcCall(xid, NFS4_PROGRAM, 4, 1, xdr(opaque(tag), minor, ops.length, ...ops));
+}
+
+export function compoundReply(xid: number, status: number, results: Buffer[], tag = 'hand'): Buffer {
+  return rpcReply(xid, xdr(status, opaque(tag), results.length, ...results));
+}
+
+/** channel_attrs4 (RFC 8881 §18.36.1), no RDMA IRD. */
+function channelAttrs(maxRequests: number): Buffer {
+  return xdr(0, 1_049_620, 1_049_480, 4096, 16, maxRequests, 0);
+}
+
+export const op = {
+  sequence: (sessionId: Buffer, seq = 1, slot = 0) => xdr(53, sessionId, seq, slot, 0, 0),
+  putrootfh: () => xdr(24),
+  /** CREATE_SESSION with CREATE_SESSION4_FLAG_CONN_BACK_CHAN (0x2) requested. */
+  createSession: (clientId: bigint, cbProgram = CB_PROGRAM) =>
+    xdr(43, clientId, 1, 0x3, channelAttrs(64), channelAttrs(16), cbProgram, 1, 0),
+  bindConnToSession: (sessionId: Buffer, dir = 3 /* CDFC4_FORE_OR_BOTH */) => xdr(41, sessionId, dir, 0),
+  destroySession: (sessionId: Buffer) => xdr(44, sessionId),
+};
+
+export const res = {
+  sequence: (sessionId: Buffer, seq = 1, slot = 0) => xdr(53, 0, sessionId, seq, slot, 63, 63, 0),
+  putrootfh: () => xdr(24, 0),
+  createSession: (sessionId: Buffer, flags = 0x2) =>
+    xdr(43, 0, sessionId, 1, flags, channelAttrs(64), channelAttrs(16)),
+  createSessionError: (status: number) => xdr(43, status),
+  bindConnToSession: (sessionId: Buffer, dir: number) => xdr(41, 0, sessionId, dir, 0),
+  destroySession: () => xdr(44, 0),
+};
+
+/** CB_COMPOUND call (procedure 1 of the callback program, version 1). */
+export function cbCompound(xid: number, minor: number, ops: Buffer[], ident = 0, prog = CB_PROGRAM): Buffer {
+  return rpcCall(xid, prog, 1, 1, xdr(opaque(''), minor, ident, ops.length, ...ops));
+}
+
+/** CB_NULL (procedure 0). */
+export function cbNull(xid: number, prog = CB_PROGRAM): Buffer {
+  return rpcCall(xid, prog, 1, 0, Buffer.alloc(0));
+}
+
+export const cbOp = {
+  sequence: (sessionId: Buffer, seq = 1, slot = 0) => xdr(11, sessionId, seq, slot, 0, 0, 0),
+  /** CB_RECALL: stateid (seqid + 12 bytes), truncate = false, a file handle. */
+  recall: (stateOther: Buffer, fh: Buffer) => xdr(4, 1, stateOther, 0, opaque(fh)),
+};
+
+export const cbRes = {
+  sequence: (sessionId: Buffer, seq = 1, slot = 0) => xdr(11, 0, sessionId, seq, slot, 0, 0),
+  recall: () => xdr(4, 0),
+};
+
+export function cbCompoundReply(xid: number, results: Buffer[]): Buffer {
+  return rpcReply(xid, xdr(0, opaque(''), results.length, ...results));
+}
+
+/** A recognisable session id: ganesha builds them from the client id and a counter; any 16 bytes do. */
+export function sessionId(n: number): Buffer {
+  const b = Buffer.alloc(16);
+  b.write('sess', 0, 'latin1');
+  b.writeUInt32BE(n, 4);
+  b.writeUInt32BE(0x5eed0000 + n, 12);
+  return b;
+}

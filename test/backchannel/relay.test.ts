@@ -1,0 +1,343 @@
+/**
+ * The NFSv4.1 backchannel relay and session affinity through the real chain: scripted NFSv4.1 clients
+ * (raw TCP) → gateway frontend → router → pool of 3 RDMA connections (soft provider) → embedded
+ * responder → a scripted NFSv4.1 server (TCP) that answers CREATE_SESSION / SEQUENCE / DESTROY_SESSION
+ * and sends CB_NULL and CB_COMPOUND(CB_SEQUENCE, CB_RECALL) on the TCP connection its session came in on.
+ * Every message on both ends is hand-made from RFC 8881 XDR (nfs41-bytes.ts), not from the gateway's
+ * encoders.
+ */
+import { createServer, type Server, type Socket } from 'node:net';
+import test from 'ava';
+import { type Gateway, startGateway } from '../../gateway/gateway.js';
+import { frameRecord, RecordDecoder } from '../../tcp-frontend/record-marking.js';
+import { connectRaw, waitFor } from '../gateway/helpers.js';
+import { testConfig } from '../integration/helpers.js';
+import {
+  cbCompound,
+  cbCompoundReply,
+  cbNull,
+  cbOp,
+  cbRes,
+  compoundCall,
+  compoundReply,
+  op,
+  res,
+  rpcReply,
+  sessionId,
+} from './nfs41-bytes.js';
+
+/** Offset of the first operation code in a hand-made COMPOUND call with tag 'hand' (AUTH_NONE header 40). */
+const FIRST_OP = 40 + 8 + 8;
+
+/** The scripted NFSv4.1 server behind the responder. */
+class ScriptedServer {
+  readonly server: Server = createServer();
+  readonly sockets: Socket[] = [];
+  port = 0;
+  private nextSession = 1;
+  /** Session id (hex) → the upstream socket index it was created on. */
+  readonly createdOn = new Map<string, number>();
+  /** Session id (hex) → upstream socket indexes its SEQUENCE calls arrived on. */
+  readonly sequenceOn = new Map<string, number[]>();
+  /** Replies to our callbacks: socket index → XIDs. */
+  readonly cbReplies: { socket: number; xid: number; record: Buffer }[] = [];
+  /** Whether CREATE_SESSION n (1-based) grants the backchannel on its connection. */
+  backChannelFor = (_n: number) => true;
+  destroyed: string[] = [];
+
+  async start(): Promise<void> {
+    this.server.on('connection', (s) => {
+      const index = this.sockets.push(s) - 1;
+      const d = new RecordDecoder((r) => this.onRecord(index, s, r));
+      s.on('data', (c) => d.push(c));
+      s.on('error', () => {});
+    });
+    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
+    this.port = (this.server.address() as { port: number }).port;
+  }
+
+  private onRecord(index: number, s: Socket, r: Buffer): void {
+    const xid = r.readUInt32BE(0);
+    if (r.readUInt32BE(4) === 1) {
+      this.cbReplies.push({ socket: index, xid, record: Buffer.from(r) });
+      return;
+    }
+    const first = r.readUInt32BE(FIRST_OP);
+    let reply: Buffer;
+    if (first === 43) {
+      const n = this.nextSession++;
+      const sid = sessionId(n);
+      this.createdOn.set(sid.toString('hex'), index);
+      reply = compoundReply(xid, 0, [res.createSession(sid, this.backChannelFor(n) ? 0x2 : 0)]);
+    } else if (first === 53) {
+      const sid = r.subarray(FIRST_OP + 4, FIRST_OP + 20);
+      const key = sid.toString('hex');
+      const list = this.sequenceOn.get(key) ?? [];
+      list.push(index);
+      this.sequenceOn.set(key, list);
+      const numOps = r.readUInt32BE(FIRST_OP - 4);
+      const second = numOps > 1 ? r.readUInt32BE(FIRST_OP + 36) : 0;
+      if (second === 44) {
+        this.destroyed.push(key);
+        reply = compoundReply(xid, 0, [res.sequence(sid), res.destroySession()]);
+      } else {
+        reply = compoundReply(xid, 0, [res.sequence(sid), res.putrootfh()]);
+      }
+    } else {
+      reply = compoundReply(xid, 10044 /* NFS4ERR_OP_ILLEGAL */, []);
+    }
+    s.write(Buffer.concat(frameRecord(reply)));
+  }
+
+  send(socket: number, call: Buffer): void {
+    this.sockets[socket].write(Buffer.concat(frameRecord(call)));
+  }
+
+  socketOf(sid: Buffer): number {
+    return this.createdOn.get(sid.toString('hex')) as number;
+  }
+
+  close(): Promise<void> {
+    for (const s of this.sockets) s.destroy();
+    return new Promise((r) => this.server.close(() => r()));
+  }
+}
+
+/** A scripted NFSv4.1 client on a raw TCP connection to the gateway; it answers callbacks. */
+class ScriptedClient {
+  readonly replies = new Map<number, Buffer>();
+  readonly callbacks: Buffer[] = [];
+  sid: Buffer = Buffer.alloc(0);
+  private nextXid = 1;
+  answerCallbacks = true;
+  private constructor(readonly socket: Socket) {
+    const d = new RecordDecoder((r) => this.onRecord(Buffer.from(r)));
+    socket.on('data', (c) => d.push(c));
+    socket.on('error', () => {});
+  }
+
+  static async connect(port: number): Promise<ScriptedClient> {
+    return new ScriptedClient(await connectRaw(port));
+  }
+
+  private onRecord(r: Buffer): void {
+    const xid = r.readUInt32BE(0);
+    if (r.readUInt32BE(4) === 1) {
+      this.replies.set(xid, r);
+      return;
+    }
+    this.callbacks.push(r);
+    if (!this.answerCallbacks) return;
+    const proc = r.readUInt32BE(20);
+    // CB_NULL: empty results; CB_COMPOUND: CB_SEQUENCE + CB_RECALL results (RFC 8881 §20.9.3, §20.2.3).
+    const answer =
+      proc === 0
+        ? rpcReply(xid, Buffer.alloc(0))
+        : cbCompoundReply(xid, [cbRes.sequence(this.sid), cbRes.recall()]);
+    this.socket.write(Buffer.concat(frameRecord(answer)));
+  }
+
+  /** Sends COMPOUND calls at once (pipelined); resolves with their replies in order. */
+  async call(...calls: ((xid: number) => Buffer)[]): Promise<Buffer[]> {
+    const xids: number[] = [];
+    for (const make of calls) {
+      const xid = this.nextXid++;
+      xids.push(xid);
+      this.socket.write(Buffer.concat(frameRecord(make(xid))));
+    }
+    await waitFor(() => xids.every((x) => this.replies.has(x)), `replies to ${xids.length} calls`, 8000);
+    return xids.map((x) => this.replies.get(x) as Buffer);
+  }
+
+  async createSession(clientId: bigint): Promise<Buffer> {
+    const [r] = await this.call((x) => compoundCall(x, 1, [op.createSession(clientId)]));
+    // COMPOUND4res: status, tag 'hand' (8), count, resop, status, then the session id (RFC 8881 §18.36.2).
+    t_assert(r.readUInt32BE(24) === 0, 'CREATE_SESSION succeeded');
+    this.sid = Buffer.from(r.subarray(24 + 4 + 8 + 12, 24 + 4 + 8 + 12 + 16));
+    return this.sid;
+  }
+
+  sequence(n: number): ((xid: number) => Buffer)[] {
+    return Array.from(
+      { length: n },
+      (_, i) => (x: number) => compoundCall(x, 1, [op.sequence(this.sid, i + 2, i % 8), op.putrootfh()]),
+    );
+  }
+}
+
+function t_assert(cond: boolean, what: string): void {
+  if (!cond) throw new Error(`expected: ${what}`);
+}
+
+async function chain(): Promise<{ g: Gateway; up: ScriptedServer; port: number }> {
+  const up = new ScriptedServer();
+  await up.start();
+  const config = testConfig({ poolSize: 3 });
+  config.upstream = { host: '127.0.0.1', port: up.port };
+  const g = await startGateway({ config, backoff: { initialMs: 50, maxMs: 500 } });
+  await waitFor(() => g.pool.snapshot().ready === 3, 'three ready RDMA connections');
+  return { g, up, port: g.addresses[0].port };
+}
+
+async function stop(g: Gateway, up: ScriptedServer, clients: ScriptedClient[]): Promise<void> {
+  for (const c of clients) c.socket.destroy();
+  await g.stop(1000);
+  await up.close();
+}
+
+test.serial(
+  'two sessions: affinity on a pool of 3, callbacks reach their owners, answers return with the server XID',
+  async (t) => {
+    const { g, up, port } = await chain();
+    const a = await ScriptedClient.connect(port);
+    const b = await ScriptedClient.connect(port);
+    // Session 1 (a) gets the backchannel on its connection; session 2 (b) does not (csr_flags 0).
+    up.backChannelFor = (n) => n === 1;
+    try {
+      const sa = await a.createSession(0xa1n);
+      const sb = await b.createSession(0xb2n);
+      t.is(g.router.snapshot().sessionsLearned, 2);
+      t.is(g.router.snapshot().sessions, 2);
+      // Pipelined: without affinity the least-loaded choice spreads 12 calls over the 3 connections.
+      await Promise.all([a.call(...a.sequence(12)), b.call(...b.sequence(12))]);
+      for (const [who, sid] of [
+        ['a', sa],
+        ['b', sb],
+      ] as const) {
+        const on = up.sequenceOn.get(sid.toString('hex')) ?? [];
+        t.is(on.length, 12, `${who}: 12 SEQUENCE calls`);
+        t.deepEqual(
+          new Set(on),
+          new Set([up.socketOf(sid)]),
+          `${who}: all on the connection of CREATE_SESSION`,
+        );
+      }
+      t.is(g.router.snapshot().sessionMoves, 0);
+
+      // CB_NULL on a's connection goes to a (its session owns that backchannel); CB_RECALL naming b's
+      // session goes to b; the same server XID on two connections reaches a twice under distinct XIDs.
+      const onA = up.socketOf(sa);
+      const other = (onA + 1) % up.sockets.length;
+      t.true(up.sockets.length >= 2, 'the responder opened an upstream connection per RDMA connection used');
+      const fh = Buffer.from('a file handle of 28 bytes...');
+      up.send(onA, cbNull(0xcb000001));
+      up.send(
+        up.socketOf(sb),
+        cbCompound(0xcb000002, 1, [cbOp.sequence(sb), cbOp.recall(Buffer.alloc(12, 7), fh)]),
+      );
+      up.send(onA, cbCompound(0xcb000003, 1, [cbOp.sequence(sa), cbOp.recall(Buffer.alloc(12, 8), fh)]));
+      up.send(other, cbCompound(0xcb000003, 1, [cbOp.sequence(sa), cbOp.recall(Buffer.alloc(12, 9), fh)]));
+      await waitFor(() => up.cbReplies.length === 4, 'four callback replies at the server');
+
+      t.is(a.callbacks.length, 3);
+      t.is(b.callbacks.length, 1);
+      t.is(a.callbacks[0].readUInt32BE(20), 0, 'a got the CB_NULL');
+      t.is(b.callbacks[0].subarray(-fh.length - 4 - 4).readUInt32BE(4), fh.length, 'b got the CB_RECALL');
+      const aXids = a.callbacks.map((c) => c.readUInt32BE(0));
+      t.is(new Set(aXids).size, 3, 'distinct XIDs on the client connection');
+      // The bytes after the XID are the server's, unchanged.
+      t.deepEqual(
+        b.callbacks[0].subarray(4),
+        cbCompound(0, 1, [cbOp.sequence(sb), cbOp.recall(Buffer.alloc(12, 7), fh)]).subarray(4),
+      );
+
+      const bySocket = up.cbReplies.map((r) => `${r.socket}:${r.xid.toString(16)}`).sort();
+      const want = [
+        `${onA}:cb000001`,
+        `${up.socketOf(sb)}:cb000002`,
+        `${onA}:cb000003`,
+        `${other}:cb000003`,
+      ].sort();
+      t.deepEqual(bySocket, want, 'each answer came back on its connection with the server XID');
+      const recallReply = up.cbReplies.find((r) => r.xid === 0xcb000002)?.record as Buffer;
+      t.deepEqual(
+        recallReply.subarray(4),
+        cbCompoundReply(0, [cbRes.sequence(sb), cbRes.recall()]).subarray(4),
+      );
+
+      const s = g.router.snapshot();
+      t.is(s.backchannelCalls, 4);
+      t.is(s.backchannelReplies, 4);
+      t.is(s.backchannelOrphans, 0);
+
+      // DESTROY_SESSION (after SEQUENCE, RFC 8881 §18.37) forgets a's session.
+      await a.call((x) => compoundCall(x, 1, [op.sequence(sa, 50), op.destroySession(sa)]));
+      t.deepEqual(up.destroyed, [sa.toString('hex')]);
+      t.is(g.router.snapshot().sessionsDestroyed, 1);
+      t.is(g.router.snapshot().sessions, 1);
+      // Its CB_NULL now has no owner on that connection (b's session has no backchannel there).
+      up.send(onA, cbNull(0xcb000009));
+      await waitFor(() => g.router.snapshot().backchannelOrphans === 1, 'the orphan counted');
+    } finally {
+      await stop(g, up, [a, b]);
+    }
+  },
+);
+
+test.serial(
+  'a departed client: its callback is counted and gets no answer; an unanswered one too',
+  async (t) => {
+    const { g, up, port } = await chain();
+    const c = await ScriptedClient.connect(port);
+    const d = await ScriptedClient.connect(port);
+    d.answerCallbacks = false;
+    try {
+      const sc = await c.createSession(0xc3n);
+      const sd = await d.createSession(0xd4n);
+      // d receives a recall and leaves without answering it.
+      up.send(
+        up.socketOf(sd),
+        cbCompound(0xdd000001, 1, [cbOp.sequence(sd), cbOp.recall(Buffer.alloc(12), Buffer.alloc(8))]),
+      );
+      await waitFor(() => d.callbacks.length === 1, 'd got the recall');
+      c.socket.destroy();
+      d.socket.destroy();
+      await waitFor(() => g.router.snapshot().sessionsDropped === 2, 'both sessions forgotten');
+      t.is(g.router.snapshot().sessions, 0);
+      t.is(g.router.snapshot().backchannelUnanswered, 1);
+      up.send(
+        up.socketOf(sc),
+        cbCompound(0xcc000001, 1, [cbOp.sequence(sc), cbOp.recall(Buffer.alloc(12), Buffer.alloc(8))]),
+      );
+      up.send(up.socketOf(sc), cbNull(0xcc000002));
+      // d's unanswered recall was refused at the RPC-over-RDMA level when d left, so its backward credit
+      // came back (the grant is small) and these two reach the relay at all.
+      await waitFor(() => g.router.snapshot().backchannelOrphans === 2, 'two orphans counted');
+      // The responder role saw all three fail and answered none of them to the server.
+      await waitFor(() => g.embedded?.responder.stats.callbacksFailed === 3, 'three failed backward calls');
+      await new Promise((r) => setTimeout(r, 300));
+      t.is(up.cbReplies.length, 0, 'no invented answer reached the server');
+      t.is(g.router.snapshot().backchannelReplies, 0);
+    } finally {
+      await stop(g, up, [c, d]);
+    }
+  },
+);
+
+test.serial(
+  'the session follows its calls when its connection is gone, and keeps them together there',
+  async (t) => {
+    const { g, up, port } = await chain();
+    const a = await ScriptedClient.connect(port);
+    try {
+      const sa = await a.createSession(0xe5n);
+      const first = up.socketOf(sa);
+      await a.call(...a.sequence(3));
+      // Losing the upstream connection takes its RDMA connection with it (responder role).
+      up.sockets[first].destroy();
+      await waitFor(
+        () => g.router.snapshot().sessionMoves === 0 && g.pool.snapshot().ready < 3,
+        'a connection lost',
+      );
+      await a.call(...a.sequence(9));
+      const on = up.sequenceOn.get(sa.toString('hex')) ?? [];
+      t.is(on.length, 12);
+      const after = on.slice(3);
+      t.is(new Set(after).size, 1, `after the loss all on one connection: ${after}`);
+      t.not(after[0], first);
+      t.is(g.router.snapshot().sessionMoves, 1);
+    } finally {
+      await stop(g, up, [a]);
+    }
+  },
+);
