@@ -13,7 +13,7 @@ const test = testWithPeers(...PEERS);
 for (const scenario of SCENARIOS) {
   test(`direct: (${scenario.id}) ${scenario.title}`, async (t) => {
     for (const p of PEERS) requireExecutable(p);
-    t.timeout(90_000);
+    t.timeout(240_000); // includes waiting for the port-111 lock behind the gateway runs
     await runScenario(t, scenario, direct);
   });
 }

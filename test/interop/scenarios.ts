@@ -12,7 +12,7 @@ import { startGanesha } from './harness/ganesha.js';
 import { type ClientVersion, nfsCatSha256, nfsCopyIn, nfsCopyOut, nfsLs } from './harness/libnfs.js';
 import { HEURISTICS_FIRST, summariseNfsCapture } from './harness/nfs-decode.js';
 import { AcceptStat, NULL_CALL_BYTES, RpcProgram, rpcNullPing } from './harness/rpc-ping.js';
-import type { Scenario, ScenarioContext } from './harness/scenario.js';
+import type { DataPathCounters, Scenario, ScenarioContext } from './harness/scenario.js';
 
 const FILE_SIZES: readonly number[] = [SIZES.empty, SIZES.oneByte, SIZES.page, SIZES.mibPlus, SIZES.big];
 
@@ -50,6 +50,42 @@ function rpcinfo(args: readonly string[]): Promise<{ code: number; out: string }
   });
 }
 
+/**
+ * Through the gateway chain, proves from the gateway's transport counters that the payload of `action`
+ * (`size` bytes of WRITE data going out, or READ data coming back) moved by RDMA — in Read chunks the
+ * responder pulled, or Write chunks it pushed — and not in Sends, Long Calls or Reply chunks (RFC 8166
+ * §3.5, RFC 8267 §4.2: NFS WRITE data and READ data are the DDP-eligible items). Direct: just runs it.
+ */
+async function provingDataPath(
+  ctx: ScenarioContext,
+  direction: 'write' | 'read',
+  size: number,
+  action: () => Promise<void>,
+): Promise<void> {
+  const counters = ctx.link.counters;
+  if (!counters) return action();
+  const before = await counters();
+  await action();
+  const after = await counters();
+  const d = { ...after };
+  for (const k of Object.keys(d) as (keyof DataPathCounters)[]) d[k] -= before[k];
+  ctx.t.log(`${ctx.target.name} ${direction} of ${size} B, transport counter deltas: ${JSON.stringify(d)}`);
+  // Sends carry headers only: a few hundred bytes per call against 64 MiB of payload.
+  const headerBudget = size / 16;
+  if (direction === 'write') {
+    ctx.t.true(d.readChunkCalls >= 1, 'WRITE data went in Read chunks');
+    ctx.t.is(d.longCalls, 0, 'no Long Call (Position-Zero Read chunk)');
+    ctx.t.true(d.bytesSent < headerBudget, `WRITE data not in Sends (${d.bytesSent} B sent)`);
+  } else {
+    ctx.t.true(d.repliesReceived >= 1);
+    ctx.t.is(d.longReplies, 0, 'no READ reply came in a Reply chunk');
+    ctx.t.true(
+      d.bytesReceived < headerBudget,
+      `READ data not in Receives (${d.bytesReceived} B): Write chunks`,
+    );
+  }
+}
+
 /** (1) libnfs NFSv3: nfs-cp in and out of each size, nfs-ls, checksums on both sides. */
 export const nfsv3Files: Scenario = {
   id: '1-nfsv3-files',
@@ -62,7 +98,8 @@ export const nfsv3Files: Scenario = {
     for (const size of FILE_SIZES) {
       const file = makeLocalFile(ctx, size);
       const name = ctx.session.freshName(`v3-${size}`);
-      await nfsCopyIn(file.path, ctx.endpoint, name, 3);
+      const copyIn = () => nfsCopyIn(file.path, ctx.endpoint, name, 3);
+      await (size === SIZES.big ? provingDataPath(ctx, 'write', size, copyIn) : copyIn());
       t.is(await sha256File(join(ctx.backend.exportDir, name)), file.sha256, `ganesha stored ${name}`);
       written.push({ name, file });
     }
@@ -70,7 +107,10 @@ export const nfsv3Files: Scenario = {
     for (const { name, file } of written) {
       t.is(listing.find((e) => e.name === name)?.size, file.size, `nfs-ls shows ${name} with its size`);
     }
-    for (const { name, file } of written) await readBackAndCheck(ctx, name, file, 3);
+    for (const { name, file } of written) {
+      const readBack = () => readBackAndCheck(ctx, name, file, 3);
+      await (file.size === SIZES.big ? provingDataPath(ctx, 'read', 2 * file.size, readBack) : readBack());
+    }
   },
 };
 
@@ -85,7 +125,10 @@ export const nfsv4Reads: Scenario = {
     const listing = await nfsLs(ctx.endpoint, 4);
     for (const f of seeded)
       ctx.t.is(listing.find((e) => e.name === f.name)?.size, f.size, `nfs-ls v4 ${f.name}`);
-    for (const f of seeded) await readBackAndCheck(ctx, f.name, f, 4);
+    for (const f of seeded) {
+      const readBack = () => readBackAndCheck(ctx, f.name, f, 4);
+      await (f.size === SIZES.big ? provingDataPath(ctx, 'read', 2 * f.size, readBack) : readBack());
+    }
   },
 };
 

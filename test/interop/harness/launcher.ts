@@ -18,6 +18,8 @@ export interface LaunchSpec {
   readyPort?: number;
   /** ...or once this RPC program answers NULL on `readyPort`. */
   readyNull?: { program: number; version: number };
+  /** Any other readiness condition (a log line, an HTTP probe); wins over `readyPort`. */
+  ready?: (proc: ManagedProcess) => Promise<boolean>;
   readyTimeoutMs?: number;
   stopSignal?: NodeJS.Signals;
   stopGraceMs?: number;
@@ -26,11 +28,12 @@ export interface LaunchSpec {
 export function launch(session: InteropSession, spec: LaunchSpec): Promise<ManagedProcess> {
   const port = spec.readyPort;
   const ready =
-    port === undefined
+    spec.ready ??
+    (port === undefined
       ? async () => true
       : spec.readyNull
         ? () => answersNull('127.0.0.1', port, spec.readyNull!.program, spec.readyNull!.version)
-        : () => isListening(port);
+        : () => isListening(port));
   return session.start({
     name: spec.name,
     command: spec.command,

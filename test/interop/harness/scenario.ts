@@ -11,24 +11,50 @@ import { type GaneshaInstance, type NfsVersion, startGanesha } from './ganesha.j
 import { RPCBIND_PORT, useRpcbind, withoutRpcbind } from './rpcbind.js';
 import { InteropSession } from './session.js';
 
+/** How the data of NFS READ/WRITE crossed a link, from the product's own counters (summed over its links). */
+export interface DataPathCounters {
+  /** Calls sent inline, with a Read chunk (DDP: WRITE data), or as Long Calls (Position-Zero Read chunk). */
+  inlineCalls: number;
+  readChunkCalls: number;
+  longCalls: number;
+  /** Replies that came in a Reply chunk (Long Replies). */
+  longReplies: number;
+  repliesReceived: number;
+  /** Bytes carried by Sends / Receives: small when the payloads moved by RDMA Read / Write instead. */
+  bytesSent: number;
+  bytesReceived: number;
+}
+
 export interface TargetLink {
   endpoint: NfsEndpoint;
   /** TCP ports whose traffic a capturing scenario records (direct: the endpoint's; chain: the RDMA link). */
   capturePorts: number[];
+  /** The chain's transport counters (undefined for `direct`: there is no RDMA link). */
+  counters?: () => Promise<DataPathCounters>;
+}
+
+export interface TargetHooks {
+  /**
+   * Called by `build` with the ports to capture before anything connects on them: Wireshark finds iWARP
+   * MPA and follows ONC RPC records only from a connection's start.
+   */
+  beforeConnect(capturePorts: readonly number[]): Promise<void>;
 }
 
 export interface Target {
   /** `direct`, `gateway-v1`, `gateway-v2`... shown in test titles and docs/interop.md's matrix. */
   name: string;
-  build(session: InteropSession, backend: GaneshaInstance): Promise<TargetLink>;
+  build(session: InteropSession, backend: GaneshaInstance, hooks: TargetHooks): Promise<TargetLink>;
 }
 
 /** Clients talk straight to ganesha: proves each scenario is sound without the product. */
 export const direct: Target = {
   name: 'direct',
-  async build(_session, backend) {
+  async build(_session, backend, hooks) {
     const e = backend.endpoint;
-    return { endpoint: e, capturePorts: e.mountPort === undefined ? [e.nfsPort] : [e.nfsPort, e.mountPort] };
+    const capturePorts = e.mountPort === undefined ? [e.nfsPort] : [e.nfsPort, e.mountPort];
+    await hooks.beforeConnect(capturePorts);
+    return { endpoint: e, capturePorts };
   },
 };
 
@@ -36,6 +62,7 @@ export interface ScenarioContext {
   t: ExecutionContext;
   session: InteropSession;
   target: Target;
+  link: TargetLink;
   /** What the clients use. */
   endpoint: NfsEndpoint;
   /** The real server (its export directory can be seeded and checked directly). */
@@ -69,11 +96,13 @@ export async function runScenario(t: ExecutionContext, scenario: Scenario, targe
     protocols: scenario.backendProtocols,
     name: 'ganesha-backend',
   });
-  const link = await target.build(session, backend);
   let capture: Capture | undefined;
-  if (scenario.capture) {
-    const ports = scenario.rpcbind === 'unused' ? link.capturePorts : [...link.capturePorts, RPCBIND_PORT];
-    capture = await startCapture(session, `${target.name}-${scenario.id}`, ports);
-  }
-  await scenario.run({ t, session, target, endpoint: link.endpoint, backend, capture, port111Silent });
+  const link = await target.build(session, backend, {
+    async beforeConnect(capturePorts) {
+      if (!scenario.capture) return;
+      const ports = scenario.rpcbind === 'unused' ? capturePorts : [...capturePorts, RPCBIND_PORT];
+      capture = await startCapture(session, `${target.name}-${scenario.id}`, ports);
+    },
+  });
+  await scenario.run({ t, session, target, link, endpoint: link.endpoint, backend, capture, port111Silent });
 }

@@ -20,7 +20,7 @@ let sessionCounter = 0;
 
 export interface StartOptions extends Omit<ProcessSpec, 'logPath'> {
   /** Resolves true once the process serves; polled every `pollMs` until `readyTimeoutMs`. */
-  ready: () => Promise<boolean>;
+  ready: (proc: ManagedProcess) => Promise<boolean>;
   readyTimeoutMs?: number;
   pollMs?: number;
 }
@@ -104,7 +104,7 @@ export class InteropSession {
     });
     const deadline = Date.now() + (options.readyTimeoutMs ?? 15000);
     while (proc.running) {
-      if (await options.ready()) return proc;
+      if (await options.ready(proc)) return proc;
       if (Date.now() > deadline) {
         throw new ProcessNotReadyError(
           `${options.name} not ready after ${options.readyTimeoutMs ?? 15000} ms\n${proc.logTails(20)}`,
