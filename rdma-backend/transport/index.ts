@@ -1,7 +1,8 @@
 /**
- * The RPC-over-RDMA transport: one connection in both roles (`connection.ts`), chunk marshalling
- * (`marshal.ts`), credits (`credits.ts`), buffers and registrations (`buffers.ts`, `registration.ts`),
- * the connection pool (`pool.ts`) and the errors a caller maps (`errors.ts`).
+ * The RPC-over-RDMA transport: one connection in both roles (`connection.ts`: setup, API, teardown; the
+ * paths in `receive.ts`, `requester.ts`, `responder.ts`, `control.ts`), chunk marshalling (`marshal.ts`),
+ * credits (`credits.ts`), buffers and registrations (`buffers.ts`, `registration.ts`), the connection pool
+ * (`pool.ts`) and the errors a caller maps (`errors.ts`). Only what is exported here is API.
  */
 export * from './connection.js';
 export * from './credits.js';

@@ -30,7 +30,15 @@ export interface PoolOptions {
   /** Calls held while no connection is ready; beyond it `submit` fails them (retransmit). Default 4096. */
   maxPending?: number;
   connectTimeoutMs?: number;
+  /**
+   * Called each time one of the pool's connections becomes ready (negotiation over, calls can flow): at
+   * start and after every reconnect. Same as `pool.onReady(listener)` registered before `start()`.
+   */
+  onReady?: (conn: RpcRdmaConnection, pool: ConnectionPool) => void;
 }
+
+/** Listener of `ConnectionPool.onReady`. */
+export type PoolReadyListener = (conn: RpcRdmaConnection, pool: ConnectionPool) => void;
 
 interface Slot {
   index: number;
@@ -63,6 +71,7 @@ export class ConnectionPool {
   private readonly slots: Slot[] = [];
   private readonly pending = new Fifo<TransportCall>(64);
   private closed = false;
+  private readonly readyListeners = new Set<PoolReadyListener>();
   private readonly initialMs: number;
   private readonly maxMs: number;
   private readonly factor: number;
@@ -71,6 +80,7 @@ export class ConnectionPool {
     this.initialMs = o.backoff?.initialMs ?? 100;
     this.maxMs = o.backoff?.maxMs ?? 30_000;
     this.factor = o.backoff?.factor ?? 2;
+    if (o.onReady) this.readyListeners.add(o.onReady);
     for (let i = 0; i < o.size; i++) {
       this.slots.push({
         index: i,
@@ -103,12 +113,19 @@ export class ConnectionPool {
       responder: this.o.responder,
       timeoutMs: this.o.connectTimeoutMs,
       onClose: (conn, reason) => this.onConnectionClosed(s, conn, reason),
+      onReady: (conn) => this.onConnectionReady(s, conn),
     };
     try {
       const conn = await RpcRdmaConnection.connect(params);
       s.connecting = false;
       if (this.closed) {
         conn.close('pool closed');
+        return;
+      }
+      if (conn.state === 'closed') {
+        // Lost between establishment and here: its onClose found the slot empty, so retry from here.
+        s.lastError = conn.closeReason;
+        this.scheduleReconnect(s);
         return;
       }
       s.conn = conn;
@@ -119,6 +136,34 @@ export class ConnectionPool {
       s.connecting = false;
       s.lastError = (e as Error).message;
       this.scheduleReconnect(s);
+    }
+  }
+
+  /**
+   * Registers `listener` for "a connection became ready" (so a caller that schedules calls itself, like
+   * the gateway router, need not poll `connections()`). Returns the function that unregisters it.
+   * A connection that is already ready when the listener is added is not replayed: read `connections()`.
+   */
+  onReady(listener: PoolReadyListener): () => void {
+    this.readyListeners.add(listener);
+    return () => {
+      this.readyListeners.delete(listener);
+    };
+  }
+
+  private onConnectionReady(s: Slot, conn: RpcRdmaConnection): void {
+    // Negotiation may finish before `connect()` resolved: the slot owns the connection from here on.
+    if (this.closed) return;
+    s.conn = conn;
+    this.flushPending();
+    for (const l of this.readyListeners) {
+      try {
+        l(conn, this);
+      } catch {
+        // A listener's bug must not keep the others (or the pool) from learning of the connection; the
+        // connection counts it like any throwing handler.
+        conn.counters.handlerErrors++;
+      }
     }
   }
 
@@ -181,7 +226,13 @@ export class ConnectionPool {
     const err = new TransportError('ERR_TRANSPORT_POOL_UNAVAILABLE', why, true, {
       peer: `${this.o.host}:${this.o.port}`,
     });
-    queueMicrotask(() => this.o.requester.onFailed(call, err));
+    queueMicrotask(() => {
+      try {
+        this.o.requester.onFailed(call, err);
+      } catch {
+        // Nothing to fail further: the call is already reported (the handler's bug is its own).
+      }
+    });
   }
 
   private flushPending(): void {

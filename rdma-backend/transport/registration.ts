@@ -4,7 +4,10 @@
  *
  * - Write and Reply chunk targets (and the responder's RDMA Read sinks) come from pools of pre-registered
  *   regions in power-of-two size classes (LOCAL_WRITE | REMOTE_WRITE). A region is rekeyed every time it
- *   is taken from the pool, so an rkey that a peer kept from an earlier call is refused by the provider.
+ *   is taken from the pool, so an rkey that a peer kept from an earlier call is refused by the provider,
+ *   and the new key reaches exactly the length the segment advertises (`rekey(length)`): the slack of the
+ *   size class is out of bounds for the peer (no write past the segment, no read of an earlier call's
+ *   bytes through a reply claiming more than was offered).
  * - Read chunk sources are the caller's own bytes registered for REMOTE_READ for the call (no copy), and
  *   deregistered after invalidation.
  * - Nothing goes back to a pool (or is deregistered) before it was invalidated: the peer's Send With
@@ -44,9 +47,13 @@ export class ChunkRegistrar {
     return c;
   }
 
-  /** A writable target region of at least `length` bytes (REMOTE_WRITE), freshly keyed. */
+  /**
+   * A writable target region (REMOTE_WRITE) freshly keyed for exactly `length` bytes (at least 1: a
+   * zero-length segment still needs a valid handle): `mr.length === max(1, length)`.
+   */
   acquireTarget(length: number): ChunkRegistration {
-    const cls = this.classOf(Math.max(1, length));
+    const exact = Math.max(1, length);
+    const cls = this.classOf(exact);
     const free = this.pools[cls];
     let reg = free?.pop();
     if (reg === undefined) {
@@ -57,8 +64,12 @@ export class ChunkRegistrar {
         remotelyInvalidated: false,
       };
       this.registrations++;
+      if (exact < buf.length) {
+        reg.mr.rekey(exact);
+        this.rekeys++;
+      }
     } else {
-      reg.mr.rekey();
+      reg.mr.rekey(exact);
       reg.remotelyInvalidated = false;
       this.rekeys++;
     }

@@ -32,6 +32,14 @@ export interface RequesterHandler<C extends TransportCall = TransportCall> {
    * when calls have `ddpResults`.
    */
   locateResult?(call: C, reducedReply: Buffer, index: number): number;
+  /**
+   * An abandoned call (`connection.abandon(call)`) is finished for the transport: its reply arrived and
+   * every region it exposed was invalidated, or the connection ended (regions revoked), or it was still
+   * queued and is dropped. From this moment the transport holds no reference to `call` and its XID is
+   * free on that connection, so the caller may recycle both. Called exactly once per abandoned call, and
+   * never together with onReply / onFailed for it.
+   */
+  onAbandoned?(call: C): void;
 }
 
 /** An RPC Call received by the responder role, with the resources the requester offered for the reply. */
@@ -107,4 +115,6 @@ export interface ConnectionCounters {
   donesSent: number;
   bytesSent: number;
   bytesReceived: number;
+  /** User handlers (onCall, onReply, onFailed, onAbandoned, locateResult, onClose, onReady) that threw. */
+  handlerErrors: number;
 }

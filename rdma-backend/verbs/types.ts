@@ -103,8 +103,12 @@ export interface ProtectionDomain {
 
 export interface MemoryRegion {
   readonly pd: ProtectionDomain;
-  /** The registered bytes (the provider reads/writes exactly these). */
+  /** The registered bytes (the provider reads/writes exactly these, within `length`). */
   readonly buffer: Buffer;
+  /**
+   * The bytes the keys reach: `buffer.length`, or less after `rekey(length)` — local SGEs and remote
+   * RDMA Read/Write beyond it are refused as for any out-of-bounds access.
+   */
   readonly length: number;
   readonly access: number;
   /** Key for local scatter-gather use. Changes on `rekey()`. */
@@ -123,8 +127,12 @@ export interface MemoryRegion {
    * makes the region valid again. Call it before handing the region to a peer again so that a stale
    * rkey can never reach memory that now belongs to another request. Must not be called while WRs
    * that use the region are outstanding.
+   *
+   * `length` (1..buffer.length, default buffer.length) limits the new keys to bytes [0, length) of
+   * `buffer`, so that a region pooled in a larger size class exposes exactly the segment advertised to
+   * the peer (FRWR registers exactly the pages of one segment; RFC 8166 §3.4.4 advertises its length).
    */
-  rekey(): void;
+  rekey(length?: number): void;
   /** `ibv_dereg_mr`. Afterwards every key of the region is invalid. */
   deregister(): void;
 }

@@ -70,14 +70,15 @@ export class NativeMemoryRegion implements MemoryRegion {
     readonly pd: NativeProtectionDomain,
     readonly buffer: Buffer,
     readonly access: number,
-    readonly native: NativeMr,
+    private native: NativeMr,
   ) {
     this.addr = native.addr;
     this.iova = BigInt(native.addr);
   }
 
+  /** The registered length: the whole buffer, or the window of the last `rekey(length)`. */
   get length(): number {
-    return this.buffer.length;
+    return Math.min(this.buffer.length, this.native.length);
   }
   get lkey(): number {
     return this.native.lkey;
@@ -89,10 +90,30 @@ export class NativeMemoryRegion implements MemoryRegion {
     return !this.deregistered;
   }
 
-  /** A fresh registration of the same bytes (new keys; the old registration, and its rkey, are gone). */
-  rekey(): void {
+  /**
+   * A fresh registration of the same bytes (new keys; the old registration, and its rkey, are gone);
+   * with `length`, of bytes [0, length) only (registered before the old one goes: no gap, as rereg).
+   */
+  rekey(length = this.buffer.length): void {
     if (this.deregistered) throw new VerbsError('VERBS_DESTROYED', 'the memory region is deregistered', {});
+    if (!Number.isInteger(length) || length < 1 || length > this.buffer.length) {
+      throw new VerbsError('VERBS_INVALID_ARGUMENT', 'rekey length must be in 1..buffer.length', {
+        length,
+        max: this.buffer.length,
+      });
+    }
     try {
+      if (length !== this.native.length) {
+        const fresh = this.pd.native.regMr(
+          this.buffer.buffer as ArrayBuffer,
+          this.buffer.byteOffset,
+          length,
+          this.access,
+        );
+        this.native.destroy();
+        this.native = fresh;
+        return;
+      }
       this.native.rereg();
     } catch (e) {
       throw toVerbsError(e, 'rekey', {

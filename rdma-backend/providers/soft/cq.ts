@@ -1,13 +1,13 @@
-/** A completion queue: a fixed ring of preallocated WorkCompletions, notification as libibverbs arms it. */
-import {
-  type CompletionQueue,
-  createWorkCompletions,
-  VerbsError,
-  type WorkCompletion,
-} from '../../verbs/index.js';
+/**
+ * A completion queue: a fixed ring of WorkCompletions (each created the first time its slot is used, then
+ * reused), notification as libibverbs arms it.
+ */
+import { type CompletionQueue, VerbsError, WorkCompletion } from '../../verbs/index.js';
+
+const DISCARDED = new WorkCompletion();
 
 export class SoftCq implements CompletionQueue {
-  private readonly ring: WorkCompletion[];
+  private ring: WorkCompletion[];
   private head = 0;
   private count = 0;
   private armed = false;
@@ -23,7 +23,7 @@ export class SoftCq implements CompletionQueue {
   };
 
   constructor(readonly depth: number) {
-    this.ring = createWorkCompletions(depth);
+    this.ring = new Array<WorkCompletion>(depth);
   }
 
   /**
@@ -31,14 +31,23 @@ export class SoftCq implements CompletionQueue {
    * (and sets `overrun`) when the ring is full.
    */
   slot(): WorkCompletion | undefined {
+    // Nobody polls a destroyed CQ: a late (flush) completion is written to scratch and dropped by commit().
+    if (this.destroyed) return DISCARDED;
     if (this.count === this.depth) {
       this.overrun = true;
       return undefined;
     }
-    return this.ring[(this.head + this.count) % this.depth];
+    const at = (this.head + this.count) % this.depth;
+    let wc = this.ring[at];
+    if (wc === undefined) {
+      wc = new WorkCompletion();
+      this.ring[at] = wc;
+    }
+    return wc;
   }
 
   commit(notify: boolean): void {
+    if (this.destroyed) return;
     this.count++;
     if (this.armed && (notify || !this.solicitedOnly)) {
       this.armed = false;
@@ -71,5 +80,8 @@ export class SoftCq implements CompletionQueue {
   destroy(): void {
     if (this.users > 0) throw new VerbsError('VERBS_BUSY', 'completion queue still used by queue pairs');
     this.destroyed = true;
+    // Nobody polls a destroyed CQ: drop the ring (a consumer may keep the CQ object reachable).
+    this.count = 0;
+    this.ring = [];
   }
 }

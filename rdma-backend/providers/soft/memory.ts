@@ -101,7 +101,8 @@ export class SoftPd implements ProtectionDomain {
 }
 
 export class SoftMr implements MemoryRegion {
-  readonly length: number;
+  /** Bytes [0, length) of `buffer` are reachable with the current keys (every bounds check uses it). */
+  length: number;
   /**
    * The high 32 bits of every Tagged Offset that reaches this region: the region's index, so that a
    * peer that forgets to add `iova` to an offset hits a bounds error instead of the wrong bytes.
@@ -134,8 +135,12 @@ export class SoftMr implements MemoryRegion {
     return this.rkey;
   }
 
-  rekey(): void {
+  rekey(length = this.buffer.length): void {
     if (this.deregistered) throw new VerbsError('VERBS_DESTROYED', 'memory region was deregistered');
+    if (!Number.isInteger(length) || length < 1 || length > this.buffer.length) {
+      throw invalidArgument('rekey length must be in 1..buffer.length', { length, max: this.buffer.length });
+    }
+    this.length = length;
     this.key = this.stags.newKey();
     this.valid = true;
   }

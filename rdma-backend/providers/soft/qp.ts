@@ -133,9 +133,12 @@ export class SoftQp implements QueuePair {
   state: QpState = QpState.INIT;
   readonly cap: Readonly<QpCap>;
 
-  // Send queue: ring of preallocated entries; absolute counters, slot = counter % size.
-  private readonly sq: SqEntry[];
+  // Send queue: ring of entries created on first use (a connection that never fills its queue never pays
+  // for the whole ring) and then reused; absolute counters, slot = counter % size.
+  private sq: SqEntry[];
   private sqHead = 0; // oldest not yet reported
+  /** Set by `release()` (the connection was destroyed): posting is refused from then on. */
+  private released = false;
   private sqTx = 0; // next to transmit
   private sqTail = 0; // next free
   private sqFlushed = 0; // handed to the socket up to here (exclusive)
@@ -145,7 +148,7 @@ export class SoftQp implements QueuePair {
   private readonly orq: number[] = [];
 
   // Receive queue.
-  private readonly rq: RqEntry[];
+  private rq: RqEntry[];
   private rqHead = 0;
   private rqTail = 0;
 
@@ -225,8 +228,8 @@ export class SoftQp implements QueuePair {
       maxRecvSge: Math.max(1, cap.maxRecvSge),
       maxInlineData: 0,
     };
-    this.sq = Array.from({ length: cap.maxSendWr }, () => new SqEntry());
-    this.rq = Array.from({ length: Math.max(1, cap.maxRecvWr) }, () => new RqEntry());
+    this.sq = new Array<SqEntry>(cap.maxSendWr);
+    this.rq = new Array<RqEntry>(Math.max(1, cap.maxRecvWr));
     pd.qpCount++;
     (sendCq as SoftCq).users++;
     (recvCq as SoftCq).users++;
@@ -235,6 +238,7 @@ export class SoftQp implements QueuePair {
   // ---------------------------------------------------------------- posting
 
   postSend(wr: SendWr): void {
+    if (this.released) throw new VerbsError('VERBS_DESTROYED', 'queue pair was destroyed');
     if (this.sqTail - this.sqHead >= this.sq.length) {
       throw new VerbsError('VERBS_QUEUE_FULL', 'send queue full', { maxSendWr: this.cap.maxSendWr });
     }
@@ -263,7 +267,12 @@ export class SoftQp implements QueuePair {
     ) {
       throw invalidArgument('rkey and remoteAddr required', { op });
     }
-    const e = this.sq[this.sqTail % this.sq.length];
+    const at = this.sqTail % this.sq.length;
+    let e = this.sq[at];
+    if (e === undefined) {
+      e = new SqEntry();
+      this.sq[at] = e;
+    }
     e.wrId = wr.wrId;
     e.opcode = op;
     e.flags = wr.flags;
@@ -306,12 +315,18 @@ export class SoftQp implements QueuePair {
   }
 
   postRecv(wr: RecvWr): void {
+    if (this.released) throw new VerbsError('VERBS_DESTROYED', 'queue pair was destroyed');
     if (this.rqTail - this.rqHead >= this.cap.maxRecvWr) {
       throw new VerbsError('VERBS_QUEUE_FULL', 'receive queue full', { maxRecvWr: this.cap.maxRecvWr });
     }
     const sgl = wr.sgList;
     if (sgl.length > this.cap.maxRecvSge) throw invalidArgument('too many SGEs', { n: sgl.length });
-    const e = this.rq[this.rqTail % this.rq.length];
+    const at = this.rqTail % this.rq.length;
+    let e = this.rq[at];
+    if (e === undefined) {
+      e = new RqEntry();
+      this.rq[at] = e;
+    }
     e.wrId = wr.wrId;
     e.nsge = sgl.length;
     let total = 0;
@@ -1148,8 +1163,14 @@ export class SoftQp implements QueuePair {
     this.flushRecvs();
   }
 
-  /** Releases the QP's hold on its PD and CQs. */
+  /**
+   * Releases the QP's hold on its PD and CQs, and drops its work-queue entries once nothing is pending
+   * (they hold SGE arrays and region references; a consumer may keep the QP object reachable long after).
+   */
   release(): void {
+    this.released = true;
+    if (this.sqHead === this.sqTail) this.sq = [];
+    if (this.rqHead === this.rqTail) this.rq = [];
     this.pd.qpCount--;
     (this.sendCq as SoftCq).users--;
     (this.recvCq as SoftCq).users--;

@@ -1,0 +1,102 @@
+/** Transport options, their defaults, the work-request id layout, and the per-peer version memory. */
+
+/** Receives posted beyond the credits, for messages that carry no RPC (CONNPROP, errors, DONE). */
+export const CONTROL_RESERVE = 4;
+/** Send buffers kept back for control messages (error answers, CONNPROP) so calls cannot starve them. */
+export const CONTROL_SEND_SLOTS = 4;
+/** How often a call is resent with more resources after RDMA2_ERR_*_RESOURCE / READ_CHUNKS. */
+export const MAX_RESOURCE_RETRIES = 2;
+
+export const KIND_RECV = 1;
+export const KIND_SEND = 2;
+export const KIND_INV = 3;
+export const KIND_READ = 4;
+export const KIND_WRITE = 5;
+/** RDMA Read of a responder-provided Read chunk (seed 002) into a call's sink. */
+export const KIND_PULL = 6;
+export const KIND_SHIFT = 8;
+
+export interface TransportOptions {
+  /** Forward credits: a client asks for (and uses at most) this many; a server grants this many. */
+  credits?: number;
+  /** Backward credits (RFC 8167): a client grants this many; a server uses at most this many. */
+  backwardCredits?: number;
+  /** Our receive buffer size: the largest message we receive inline. Default 4096 (seed 004 §4.2.1). */
+  recvSize?: number;
+  /** The largest Receive buffer size this end may raise to at run time (RBSIZ changes). Default recvSize. */
+  maxRecvSize?: number;
+  /** Support the optional Version 2 extensions REQPROP / RESPPROP / UPDPROP / DONE (DESIGN §3). Default true. */
+  extensions?: boolean;
+  /**
+   * As a requester, accept responder-provided Read chunks for replies (seed 002; announced as RPRC in
+   * CONNPROP). Default: `extensions`.
+   */
+  rprc?: boolean;
+  /** Our send buffer size: the most we ever send inline. Default 4096. */
+  sendSize?: number;
+  /** Highest version to propose / accept (1 or 2). Default 2. */
+  maxVersion?: 1 | 2;
+  /** Largest chunk (Read, Write or Reply) this end registers or accepts. Default 4 MiB. */
+  maxChunkSize?: number;
+  /** Reply chunk size offered when a call's maximum reply size is unknown. Default 1 MiB + 4 KiB. */
+  defaultReplyChunk?: number;
+  /** Responder limits, announced through RDMA2_ERR_READ_CHUNKS / WRITE_CHUNKS / SEGMENTS. */
+  maxReadChunks?: number;
+  maxWriteChunks?: number;
+  maxSegmentsPerChunk?: number;
+  /** Accept Send With Invalidate from the peer (announced in private data and REQREMINV). Default true. */
+  acceptRemoteInvalidate?: boolean;
+  /** Use Send With Invalidate when the peer allows it. Default true. */
+  useRemoteInvalidate?: boolean;
+  /** Key under which the negotiated version is remembered per peer (default host:port). */
+  peerKey?: string;
+  /**
+   * RDMA Reads the peer may have outstanding against us (our IRD) and we against it (our ORD), offered in
+   * the CM exchange; the provider negotiates them down to what both sides support. Default: provider's.
+   */
+  ird?: number;
+  ord?: number;
+  /**
+   * Where the transport reports what it cannot hand to anyone else (a user handler that threw). A pino
+   * logger fits; the default writes nothing but the `handlerErrors` counter still counts.
+   */
+  logger?: TransportLogger;
+}
+
+export type Resolved = Required<Omit<TransportOptions, 'peerKey' | 'ird' | 'ord' | 'logger'>> &
+  Pick<TransportOptions, 'ird' | 'ord'>;
+
+export function resolve(o: TransportOptions): Resolved {
+  return {
+    credits: o.credits ?? 32,
+    backwardCredits: o.backwardCredits ?? 4,
+    recvSize: o.recvSize ?? 4096,
+    maxRecvSize: Math.max(o.maxRecvSize ?? 0, o.recvSize ?? 4096),
+    extensions: o.extensions ?? true,
+    rprc: o.rprc ?? o.extensions ?? true,
+    sendSize: o.sendSize ?? 4096,
+    maxVersion: o.maxVersion ?? 2,
+    maxChunkSize: o.maxChunkSize ?? 4 * 1024 * 1024,
+    defaultReplyChunk: o.defaultReplyChunk ?? 1024 * 1024 + 4096,
+    maxReadChunks: o.maxReadChunks ?? 8,
+    maxWriteChunks: o.maxWriteChunks ?? 8,
+    maxSegmentsPerChunk: o.maxSegmentsPerChunk ?? 64,
+    acceptRemoteInvalidate: o.acceptRemoteInvalidate ?? true,
+    useRemoteInvalidate: o.useRemoteInvalidate ?? true,
+    ird: o.ird,
+    ord: o.ord,
+  };
+}
+
+/**
+ * The version each peer was found to speak (seed 004 §7.2: after RDMA2_ERR_VERS, assume Version 1 on the
+ * next connection to avoid a negotiation loop). Process-wide on purpose: it describes the peer.
+ */
+export const peerVersions = new Map<string, 1 | 2>();
+
+/** The structured logger the transport writes to (a pino `Logger` fits). */
+export interface TransportLogger {
+  warn(obj: Record<string, unknown>, msg: string): void;
+}
+
+export const SILENT: TransportLogger = { warn() {} };

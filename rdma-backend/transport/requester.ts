@@ -1,0 +1,547 @@
+/**
+ * The requester path (RFC 8166 §3.5, xprtrdma's rpc_rdma.c + frwr_ops.c in spirit): marshal a call into
+ * inline / Read chunks / Position-Zero Read chunk, register its chunks, send it within the credit window;
+ * match the reply, re-assemble it (Write / Reply chunk data, responder-provided Read chunk pull), handle
+ * RDMA2_ERROR (retry with more resources where seed 004 §5.3.3 allows), invalidate everything the peer did
+ * not, and only then complete the call to the caller. Functions over the connection's state.
+ */
+import {
+  encodeV1ChunkHeader,
+  encodeV2ChunkHeader,
+  RDMA_ERROR,
+  RDMA_MSG,
+  RDMA_NOMSG,
+  RDMA2_ERR_READ_CHUNKS,
+  RDMA2_ERR_REPLY_RESOURCE,
+  RDMA2_ERR_VERS,
+  RDMA2_ERR_WRITE_CHUNKS,
+  RDMA2_ERR_WRITE_RESOURCE,
+  RDMA2_ERROR,
+  RDMA2_MSG,
+  RDMA2_NOMSG,
+  type RdmaSegment,
+  type RpcRdmaErrorBody,
+  type RpcRdmaHeader,
+  type V2NoMsg,
+} from '../protocol/index.js';
+import { SendFlags, WcFlags, type WorkCompletion, WrOpcode } from '../verbs/index.js';
+import type { RpcRdmaConnection } from './connection.js';
+import { sendDone } from './control.js';
+import { callTooLarge, peerRefused, TransportError } from './errors.js';
+import { copyReduced, type DdpItem, type Insert, needsReplyChunk, planCall, reassemble } from './marshal.js';
+import { CONTROL_SEND_SLOTS, KIND_INV, KIND_SHIFT, MAX_RESOURCE_RETRIES, peerVersions } from './options.js';
+import { pumpReads } from './responder.js';
+import { type CallState, EMPTY, EMPTY_SGL, sumLengths } from './state.js';
+import type { TransportCall } from './types.js';
+
+export function canSendCall(c: RpcRdmaConnection): boolean {
+  return c.credits.canSend() && c.sendSlab.available > CONTROL_SEND_SLOTS;
+}
+
+export function allocState(c: RpcRdmaConnection, call: TransportCall): number {
+  let idx = c.freeStates.pop();
+  if (idx === undefined) {
+    idx = c.states.length;
+    c.states.push({
+      index: idx,
+      call: null,
+      regs: [],
+      writeRegs: [],
+      replyReg: null,
+      reply: null,
+      error: null,
+      resend: false,
+      abandoned: false,
+      attempts: 0,
+      forcePzrc: false,
+      noWriteChunks: false,
+      writeNeed: null,
+      replyNeed: 0,
+      inFlight: false,
+      pullSink: null,
+      pullHeader: null,
+      pullsPending: 0,
+    });
+  }
+  const st = c.states[idx];
+  st.call = call;
+  st.regs.length = 0;
+  st.writeRegs.length = 0;
+  st.replyReg = null;
+  st.reply = null;
+  st.error = null;
+  st.resend = false;
+  st.abandoned = false;
+  st.attempts = 0;
+  st.forcePzrc = false;
+  st.noWriteChunks = false;
+  st.writeNeed = null;
+  st.replyNeed = 0;
+  st.inFlight = false;
+  st.pullSink = null;
+  st.pullHeader = null;
+  st.pullsPending = 0;
+  return idx;
+}
+
+export function freeState(c: RpcRdmaConnection, st: CallState): void {
+  if (st.call) c.callIndex.delete(st.call);
+  st.call = null;
+  st.reply = null;
+  st.error = null;
+  c.freeStates.push(st.index);
+}
+
+/** Sends queued calls while credits and send buffers allow. */
+export function pump(c: RpcRdmaConnection): void {
+  while (c.state === 'ready' && c.queue.length > 0 && canSendCall(c)) {
+    const call = c.queue.shift() as TransportCall;
+    const idx = c.callIndex.get(call);
+    if (idx === undefined) continue;
+    const st = c.states[idx];
+    if (st.abandoned && st.regs.length === 0) {
+      freeState(c, st);
+      c.reportAbandoned(call);
+      continue;
+    }
+    sendCall(c, st);
+  }
+}
+
+export function sendCall(c: RpcRdmaConnection, st: CallState): void {
+  const call = st.call as TransportCall;
+  const version = c.version as 1 | 2;
+  const backward = c.role === 'server';
+  try {
+    // RFC 8167 §4: backward-direction messages are inline only, so DDP items simply stay inline.
+    const writeLens = backward || st.noWriteChunks ? NO_RESULTS : call.ddpResults;
+    let ddpResultBytes = 0;
+    for (const n of writeLens) ddpResultBytes += n;
+    let replyChunkLen = 0;
+    if (!backward) {
+      if (st.replyNeed > 0) replyChunkLen = st.replyNeed;
+      else if (needsReplyChunk(version, call.maxReplySize, ddpResultBytes, writeLens.length, c.recvFloor)) {
+        replyChunkLen = call.maxReplySize < 0 ? c.opts.defaultReplyChunk : call.maxReplySize - ddpResultBytes;
+        replyChunkLen = Math.max(replyChunkLen, c.recvFloor);
+      }
+    }
+    const plan = planCall({
+      version,
+      messageLength: call.message.length,
+      items: backward ? NO_ITEMS : call.ddpArgs,
+      sendLimit: c.sendLimit,
+      writeChunks: writeLens.length,
+      replyChunk: replyChunkLen > 0,
+      readChunksAllowed: !st.forcePzrc,
+    });
+    if (backward && plan.mode !== 'inline') {
+      throw callTooLarge('a backward call must fit inline (RFC 8167 §4)', {
+        length: call.message.length,
+        sendLimit: c.sendLimit,
+      });
+    }
+    // The chunk lists are built in the connection's scratch (encoding is synchronous): no arrays or
+    // segment objects per call.
+    const sc = c.chunkScratch;
+    sc.begin();
+    if (plan.mode === 'read') {
+      for (const it of call.ddpArgs) {
+        const reg = c.registrar.registerSource(call.message.subarray(it.offset, it.offset + it.length));
+        st.regs.push(reg);
+        sc.read(it.offset, reg.mr.rkey, it.length, reg.mr.iova);
+      }
+      c.counters.readChunkCalls++;
+    } else if (plan.mode === 'pzrc') {
+      const reg = c.registrar.registerSource(call.message);
+      st.regs.push(reg);
+      sc.read(0, reg.mr.rkey, call.message.length, reg.mr.iova);
+      c.counters.longCalls++;
+    } else {
+      c.counters.inlineCalls++;
+    }
+    for (let i = 0; i < writeLens.length; i++) {
+      const need = st.writeNeed?.[i] ?? writeLens[i];
+      const reg = c.registrar.acquireTarget(need);
+      st.regs.push(reg);
+      st.writeRegs.push(reg);
+      sc.write(reg.mr.rkey, need, reg.mr.iova);
+    }
+    if (replyChunkLen > 0) {
+      const reg = c.registrar.acquireTarget(replyChunkLen);
+      st.regs.push(reg);
+      st.replyReg = reg;
+      sc.reply(reg.mr.rkey, replyChunkLen, reg.mr.iova);
+    }
+    const chunks = sc.lists();
+    // rdma_inv_handle (seed 004 §3.3): only when a single registration covers every chunk, the
+    // condition under which one Send With Invalidate fences the whole call.
+    const invHandle = st.regs.length === 1 ? st.regs[0].mr.rkey : 0;
+    const slot = c.sendSlab.acquire();
+    const buf = c.sendSlab.view(slot);
+    c.w.reset(buf, 0, buf.length);
+    const htype = plan.mode === 'pzrc' ? RDMA2_NOMSG : RDMA2_MSG;
+    if (version === 2) encodeV2ChunkHeader(c.w, htype, call.xid, c.credits.max, 0, invHandle, chunks);
+    else
+      encodeV1ChunkHeader(
+        c.w,
+        htype === RDMA2_NOMSG ? RDMA_NOMSG : RDMA_MSG,
+        call.xid,
+        c.credits.max,
+        chunks,
+      );
+    let len = c.w.length;
+    if (plan.mode === 'inline') len += call.message.copy(buf, len);
+    else if (plan.mode === 'read') len += copyReduced(call.message, call.ddpArgs, buf, len);
+    c.credits.take();
+    st.inFlight = true;
+    c.inflight.set(call.xid, st.index);
+    c.counters.callsSent++;
+    c.postSendSlot(slot, len, WrOpcode.SEND, 0);
+  } catch (e) {
+    const err =
+      e instanceof TransportError
+        ? e
+        : new TransportError('ERR_TRANSPORT_MARSHAL', (e as Error).message, false, { xid: call.xid });
+    releaseRegs(c, st, true);
+    finishCall(c, st, null, err);
+  }
+}
+
+/** A reply (or an error) for one of our calls arrived. */
+export function onReply(
+  c: RpcRdmaConnection,
+  h: RpcRdmaHeader,
+  buf: Buffer,
+  end: number,
+  wc: WorkCompletion,
+): void {
+  if (c.props.owns(h.xid)) {
+    if (h.version === 2 && h.htype === RDMA2_ERROR) c.props.onError(h.xid, h.error.code);
+    return;
+  }
+  const idx = c.inflight.get(h.xid);
+  const pulled = h.version === 2 && h.htype === RDMA2_NOMSG && h.chunks.reads.length > 0;
+  if (idx === undefined) {
+    // Seed 002 §4.1.3: a reply with a responder-provided Read chunk for an XID we forgot still gets
+    // its pull-completion notification, so the responder can invalidate.
+    if (pulled) sendDone(c, h.xid, 0);
+    c.counters.droppedMessages++;
+    return;
+  }
+  c.inflight.delete(h.xid);
+  const st = c.states[idx];
+  st.inFlight = false;
+  c.credits.complete(h.credit);
+  if (wc.wcFlags & WcFlags.WITH_INV) {
+    for (const r of st.regs) {
+      if (r.mr.rkey === wc.invalidatedRkey) {
+        r.remotelyInvalidated = true;
+        c.counters.remoteInvalidations++;
+      }
+    }
+  }
+  const isError = h.version === 1 ? h.proc === RDMA_ERROR : h.htype === RDMA2_ERROR;
+  if (pulled && h.version === 2 && h.htype === RDMA2_NOMSG) {
+    c.counters.repliesReceived++;
+    pullReply(c, st, h);
+    return;
+  }
+  if (isError) {
+    c.counters.errorsReceived++;
+    onErrorReply(c, st, (h as { error: RpcRdmaErrorBody }).error, h.version);
+  } else {
+    c.counters.repliesReceived++;
+    try {
+      st.reply = reassembleReply(c, st, h, buf, end);
+    } catch (e) {
+      st.error =
+        e instanceof TransportError
+          ? e
+          : new TransportError('ERR_TRANSPORT_BAD_REPLY', (e as Error).message, false, { xid: h.xid });
+    }
+  }
+  invalidateThenComplete(c, st);
+}
+
+export function reassembleReply(
+  c: RpcRdmaConnection,
+  st: CallState,
+  h: RpcRdmaHeader,
+  buf: Buffer,
+  end: number,
+): Buffer {
+  const chunks = (h as { chunks: { writes: RdmaSegment[][]; reply: RdmaSegment[] | null } }).chunks;
+  const nomsg = h.version === 1 ? h.proc === RDMA_NOMSG : h.htype === RDMA2_NOMSG;
+  let inline: Buffer;
+  if (nomsg && st.pullSink) {
+    inline = st.pullSink.mr.buffer.subarray(
+      0,
+      sumLengths((h as { chunks: { reads: RdmaSegment[] } }).chunks.reads),
+    );
+  } else if (nomsg) {
+    if (!st.replyReg || !chunks.reply) {
+      throw new TransportError('ERR_TRANSPORT_BAD_REPLY', 'RDMA_NOMSG reply without our Reply chunk', false, {
+        xid: h.xid,
+      });
+    }
+    const n = sumLengths(chunks.reply);
+    if (n > st.replyReg.mr.length) {
+      throw new TransportError(
+        'ERR_TRANSPORT_BAD_REPLY',
+        'peer claims more Reply chunk bytes than offered',
+        false,
+        {
+          xid: h.xid,
+          claimed: n,
+        },
+      );
+    }
+    c.counters.longReplies++;
+    inline = st.replyReg.mr.buffer.subarray(0, n);
+  } else {
+    inline = buf.subarray(h.payloadOffset, end);
+  }
+  const writes = chunks.writes;
+  if (writes.length === 0 || st.writeRegs.length === 0) return Buffer.from(inline);
+  const call = st.call as TransportCall;
+  const inserts: Insert[] = [];
+  for (let i = 0; i < writes.length && i < st.writeRegs.length; i++) {
+    const n = sumLengths(writes[i]);
+    const reg = st.writeRegs[i];
+    if (n > reg.mr.length) {
+      throw new TransportError(
+        'ERR_TRANSPORT_BAD_REPLY',
+        'peer claims more Write chunk bytes than offered',
+        false,
+        {
+          xid: h.xid,
+          chunk: i,
+          claimed: n,
+        },
+      );
+    }
+    // An empty Write chunk (a failed READ, an empty file) leaves the Payload stream whole: nothing to
+    // re-insert, and the result it was offered for may not even be in the reply.
+    if (n === 0) continue;
+    const locate = c.requester.locateResult;
+    if (!locate) {
+      throw new TransportError(
+        'ERR_TRANSPORT_NO_LOCATOR',
+        'Write chunk data returned but no locateResult hook',
+        false,
+      );
+    }
+    let at: number;
+    try {
+      at = locate.call(c.requester, call, inline, i);
+    } catch (e) {
+      c.handlerThrew('locateResult', e, { xid: h.xid, chunk: i });
+      throw new TransportError('ERR_TRANSPORT_HANDLER_THREW', 'locateResult threw', false, {
+        xid: h.xid,
+        chunk: i,
+        handler: 'locateResult',
+      });
+    }
+    if (at < 0) {
+      throw new TransportError(
+        'ERR_TRANSPORT_CHUNK_POSITION',
+        'peer wrote Write chunk data for a result the reply does not carry',
+        false,
+        { xid: h.xid, chunk: i, length: n },
+      );
+    }
+    inserts.push({ at, data: reg.mr.buffer.subarray(0, n) });
+  }
+  inserts.sort((a, b) => a.at - b.at);
+  const out = reassemble(inline, inserts);
+  return out === inline ? Buffer.from(inline) : out;
+}
+
+/**
+ * A reply that the responder exposes in a Position-Zero Read chunk (seed 002 §4.1.2): RDMA Read it,
+ * reassemble, then notify pull completion with RDMA2_DONE (Send With Invalidate of the responder's
+ * rkey when it accepts that) before our own chunks are invalidated and the call completes.
+ */
+export function pullReply(c: RpcRdmaConnection, st: CallState, h: V2NoMsg): void {
+  const reads = h.chunks.reads;
+  let total = 0;
+  let bad = !c.opts.rprc;
+  for (const r of reads) {
+    if (r.position !== 0) bad = true;
+    total += r.length;
+  }
+  if (bad || total > c.opts.maxChunkSize) {
+    // Seed 002 §4.1.3: a requester that cannot take it still notifies, and ends the transaction.
+    sendDone(c, h.xid, 0);
+    st.error = new TransportError(
+      'ERR_TRANSPORT_RPRC_REFUSED',
+      'cannot pull a responder-provided Read chunk',
+      false,
+      {
+        xid: h.xid,
+        length: total,
+      },
+    );
+    invalidateThenComplete(c, st);
+    return;
+  }
+  st.pullSink = c.registrar.acquireTarget(Math.max(total, 1));
+  st.regs.push(st.pullSink);
+  st.pullHeader = h;
+  let off = 0;
+  for (const seg of reads) {
+    if (seg.length === 0) continue;
+    st.pullsPending++;
+    c.readJobs.push({ owner: st.index, pull: true, job: { chunk: 0, segment: seg, sinkOffset: off } });
+    off += seg.length;
+  }
+  if (st.pullsPending === 0) onPullDone(c, st.index, true);
+  else pumpReads(c);
+}
+
+export function onPullDone(c: RpcRdmaConnection, idx: number, none = false): void {
+  if (!none) c.readsOutstanding--;
+  const st = c.states[idx];
+  if (st.pullHeader && (none || --st.pullsPending === 0)) {
+    const h = st.pullHeader as V2NoMsg;
+    st.pullHeader = null;
+    try {
+      st.reply = reassembleReply(c, st, h, EMPTY, 0);
+    } catch (e) {
+      st.error =
+        e instanceof TransportError
+          ? e
+          : new TransportError('ERR_TRANSPORT_BAD_REPLY', (e as Error).message, false, { xid: h.xid });
+    }
+    const handles = h.chunks.reads;
+    const one = handles.every((r) => r.handle === handles[0].handle) ? handles[0].handle : 0;
+    sendDone(c, h.xid, c.peerPrivateData?.sendWithInvalidateOk ? one : 0);
+    invalidateThenComplete(c, st);
+  }
+  pumpReads(c);
+}
+
+export function onErrorReply(
+  c: RpcRdmaConnection,
+  st: CallState,
+  err: RpcRdmaErrorBody,
+  version: number,
+): void {
+  const call = st.call as TransportCall;
+  const retryable = st.attempts < MAX_RESOURCE_RETRIES && version === 2;
+  switch (err.code) {
+    case RDMA2_ERR_READ_CHUNKS:
+      // Seed 004 §5.3.3: resend with a Position-Zero Read chunk, unless it already was one.
+      if (retryable && !st.forcePzrc && st.regs.length > 0 && (err.maxChunks ?? 0) < call.ddpArgs.length) {
+        st.forcePzrc = true;
+        st.resend = true;
+        return;
+      }
+      break;
+    case RDMA2_ERR_WRITE_CHUNKS:
+      // Resend with no Write chunks and a Reply chunk large enough for the results.
+      if (retryable && !st.noWriteChunks && call.ddpResults.length > 0) {
+        st.noWriteChunks = true;
+        st.resend = true;
+        return;
+      }
+      break;
+    case RDMA2_ERR_WRITE_RESOURCE: {
+      const i = (err.chunkIndex ?? 0) - 1;
+      const need = err.lengthNeeded ?? 0;
+      if (retryable && i >= 0 && i < call.ddpResults.length && need > 0 && need <= c.opts.maxChunkSize) {
+        st.writeNeed = st.writeNeed ?? call.ddpResults.slice();
+        st.writeNeed[i] = need;
+        st.resend = true;
+        return;
+      }
+      break;
+    }
+    case RDMA2_ERR_REPLY_RESOURCE: {
+      const need = err.lengthNeeded ?? 0;
+      if (retryable && need > 0 && need <= c.opts.maxChunkSize && c.role === 'client') {
+        st.replyNeed = need;
+        st.resend = true;
+        return;
+      }
+      break;
+    }
+    case RDMA2_ERR_VERS:
+      if (c.version === 2) peerVersions.set(c.peerKey, 1);
+      break;
+    default:
+      break;
+  }
+  st.error = peerRefused(err.code, version, { xid: call.xid, ...err });
+}
+
+/** Local Invalidate of every region the peer did not invalidate, then completion (RFC 8166 §3.4.6 note). */
+export function invalidateThenComplete(c: RpcRdmaConnection, st: CallState): void {
+  let last = -1;
+  for (let i = 0; i < st.regs.length; i++) if (!st.regs[i].remotelyInvalidated) last = i;
+  if (last < 0) {
+    onInvalidated(c, st);
+    return;
+  }
+  for (let i = 0; i <= last; i++) {
+    const r = st.regs[i];
+    if (r.remotelyInvalidated) continue;
+    c.sendWr.wrId = st.index * KIND_SHIFT + KIND_INV;
+    c.sendWr.opcode = WrOpcode.LOCAL_INV;
+    // Only the last is signaled: send-queue completions are in order, so it implies the others.
+    c.sendWr.flags = i === last ? SendFlags.SIGNALED : 0;
+    c.sendWr.sgList = EMPTY_SGL;
+    c.sendWr.invalidateRkey = r.mr.rkey;
+    c.counters.localInvalidations++;
+    c.postSend();
+  }
+  c.sendWr.sgList = c.sge;
+  c.sendWr.invalidateRkey = undefined;
+}
+
+export function onInvalidated(c: RpcRdmaConnection, st: CallState): void {
+  releaseRegs(c, st, false);
+  if (st.resend && c.state !== 'closed') {
+    st.resend = false;
+    st.attempts++;
+    c.counters.retries++;
+    c.queue.push(st.call as TransportCall);
+    pump(c);
+    return;
+  }
+  finishCall(c, st, st.reply, st.error);
+  pump(c);
+}
+
+export function releaseRegs(c: RpcRdmaConnection, st: CallState, revoke: boolean): void {
+  for (const r of st.regs) c.registrar.release(r, revoke);
+  st.regs.length = 0;
+  st.writeRegs.length = 0;
+  st.replyReg = null;
+}
+
+export function finishCall(
+  c: RpcRdmaConnection,
+  st: CallState,
+  reply: Buffer | null,
+  error: TransportError | null,
+): void {
+  const call = st.call as TransportCall;
+  const abandoned = st.abandoned;
+  freeState(c, st);
+  if (abandoned) {
+    c.reportAbandoned(call);
+    return;
+  }
+  if (reply && !error) {
+    // The call is complete and its state already freed: a throwing onReply concerns nobody else.
+    try {
+      c.requester.onReply(call, reply);
+    } catch (e) {
+      c.handlerThrew('onReply', e, { xid: call.xid });
+    }
+  } else c.reportFailed(call, error ?? new TransportError('ERR_TRANSPORT_INTERNAL', 'no reply', false));
+}
+
+const NO_RESULTS: readonly number[] = [];
+const NO_ITEMS: readonly DdpItem[] = [];

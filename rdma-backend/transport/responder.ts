@@ -1,0 +1,482 @@
+/**
+ * The responder path (svcrdma's recvfrom/sendto in spirit): RDMA Read of Read chunks within our ORD,
+ * delivery of the re-assembled call to the ResponderHandler, and the reply: Write chunks, Reply chunk,
+ * responder-provided Read chunk + DONE (seed 002), Send With Invalidate. Functions over the connection.
+ */
+import {
+  type ChunkListsInput,
+  ERR_CHUNK,
+  encodeV1ChunkHeader,
+  encodeV2ChunkHeader,
+  maxChunkHeaderSize,
+  RDMA_MSG,
+  RDMA_NOMSG,
+  RDMA2_ERR_BAD_XDR,
+  RDMA2_ERR_REPLY_RESOURCE,
+  RDMA2_ERR_SYSTEM,
+  RDMA2_MSG,
+  RDMA2_NOMSG,
+  RDMA2_PROPID_RPRC,
+  type RdmaSegment,
+  type RdmaSegmentInput,
+  type ReadSegmentInput,
+  RPCRDMA2_F_RESPONSE,
+} from '../protocol/index.js';
+import { type MemoryRegion, SendFlags, WcFlags, type WorkCompletion, WrOpcode } from '../verbs/index.js';
+import type { RpcRdmaConnection } from './connection.js';
+import { sendError } from './control.js';
+import {
+  copyReduced,
+  type DdpItem,
+  groupReadChunks,
+  type Insert,
+  inlinePositions,
+  mergeHandle,
+  planReply,
+  type ReadChunks,
+  reassemble,
+  scatter,
+} from './marshal.js';
+import { CONTROL_SEND_SLOTS, KIND_PULL, KIND_READ, KIND_SHIFT, KIND_WRITE } from './options.js';
+import type { ChunkRegistration } from './registration.js';
+import { EMPTY, InboundCallImpl, type InboundState, type ReadJob, sumLengths } from './state.js';
+
+export function onInboundCall(
+  c: RpcRdmaConnection,
+  xid: number,
+  version: 1 | 2,
+  nomsg: boolean,
+  chunks: {
+    reads: { position: number; handle: number; length: number; offset: bigint }[];
+    writes: RdmaSegment[][];
+    reply: RdmaSegment[] | null;
+  },
+  invHandle: number,
+  buf: Buffer,
+  payloadOffset: number,
+  end: number,
+): void {
+  const backward = c.role === 'client';
+  c.counters.callsReceived++;
+  const errCode = (code: number) => (version === 1 ? ERR_CHUNK : code);
+  if (!c.responder) {
+    sendError(c, xid, version, { code: errCode(RDMA2_ERR_SYSTEM) });
+    return;
+  }
+  if (backward && (chunks.reads.length > 0 || chunks.writes.length > 0 || chunks.reply)) {
+    // RFC 8167 §4: backward messages carry no chunks.
+    sendError(c, xid, version, { code: errCode(RDMA2_ERR_BAD_XDR) });
+    return;
+  }
+  // Most calls carry no Read chunk: skip the grouping (and its arrays) for them.
+  const grouped = chunks.reads.length === 0 ? NO_READ_CHUNKS : groupReadChunks(chunks.reads);
+  if (grouped === null) {
+    sendError(c, xid, version, { code: errCode(RDMA2_ERR_BAD_XDR) });
+    return;
+  }
+  const { positions, lengths, segments } = grouped;
+  let single = grouped.singleHandle;
+  for (const w of chunks.writes) for (const s of w) single = mergeHandle(single, s.handle);
+  if (chunks.reply) for (const s of chunks.reply) single = mergeHandle(single, s.handle);
+  const pz = positions.length > 0 && positions[0] === 0;
+  // A NOMSG call needs a Position-Zero Read chunk; an MSG call must not have one (RFC 8166 §3.5.3).
+  if (nomsg !== pz) {
+    sendError(c, xid, version, { code: errCode(RDMA2_ERR_BAD_XDR) });
+    return;
+  }
+  for (const l of lengths) {
+    if (l > c.opts.maxChunkSize) {
+      sendError(c, xid, version, { code: errCode(RDMA2_ERR_SYSTEM) });
+      return;
+    }
+  }
+  const inline = nomsg ? EMPTY : Buffer.from(buf.subarray(payloadOffset, end));
+  let idx = c.freeInbound.pop();
+  if (idx === undefined) {
+    idx = c.inbound.length;
+    c.inbound.push(null);
+  }
+  // Records are pooled by index (`inbound[idx]` non-null = in progress); only the InboundCall handed to
+  // the responder is new per call, because the upper layer owns it until it answers (and may keep it).
+  let ib = c.inboundPool[idx];
+  if (ib === undefined) {
+    ib = {
+      index: idx,
+      xid,
+      version,
+      backward,
+      inline,
+      nomsg,
+      positions,
+      lengths,
+      sinks: [],
+      segments,
+      readsPending: 0,
+      writeChunks: chunks.writes,
+      replyChunk: chunks.reply,
+      invHandle,
+      singleHandle: single,
+      call: null,
+    };
+    c.inboundPool[idx] = ib;
+  } else {
+    ib.xid = xid;
+    ib.version = version;
+    ib.backward = backward;
+    ib.inline = inline;
+    ib.nomsg = nomsg;
+    ib.positions = positions;
+    ib.lengths = lengths;
+    ib.sinks.length = 0;
+    ib.segments = segments;
+    ib.readsPending = 0;
+    ib.writeChunks = chunks.writes;
+    ib.replyChunk = chunks.reply;
+    ib.invHandle = invHandle;
+    ib.singleHandle = single;
+    ib.call = null;
+  }
+  c.inbound[idx] = ib;
+  c.inboundActive++;
+  if (positions.length === 0) {
+    deliverInbound(c, ib);
+    return;
+  }
+  for (let ci = 0; ci < positions.length; ci++) {
+    const sink = c.registrar.acquireTarget(lengths[ci]);
+    ib.sinks.push(sink);
+    let off = 0;
+    for (const seg of segments[ci]) {
+      if (seg.length === 0) continue;
+      ib.readsPending++;
+      c.readJobs.push({ owner: idx, pull: false, job: { chunk: ci, segment: seg, sinkOffset: off } });
+      off += seg.length;
+    }
+  }
+  if (ib.readsPending === 0) deliverInbound(c, ib);
+  else pumpReads(c);
+}
+
+/** Posts RDMA Reads up to our ORD (the peer's IRD bounds it, RFC 5040 §6.4). */
+export function pumpReads(c: RpcRdmaConnection): void {
+  while (c.readsOutstanding < c.ord && c.readJobs.length > 0) {
+    const { owner, pull, job } = c.readJobs.shift() as { owner: number; pull: boolean; job: ReadJob };
+    let sink: ChunkRegistration | null;
+    if (pull) sink = c.states[owner].pullSink;
+    else sink = c.inbound[owner]?.sinks[job.chunk] ?? null;
+    if (!sink) continue;
+    c.sge[0].mr = sink.mr;
+    c.sge[0].offset = job.sinkOffset;
+    c.sge[0].length = job.segment.length;
+    c.sendWr.wrId = owner * KIND_SHIFT + (pull ? KIND_PULL : KIND_READ);
+    c.sendWr.opcode = WrOpcode.RDMA_READ;
+    c.sendWr.flags = SendFlags.SIGNALED;
+    c.sendWr.remoteAddr = job.segment.offset;
+    c.sendWr.rkey = job.segment.handle;
+    c.readsOutstanding++;
+    if (c.readsOutstanding > c.counters.peakReadsOutstanding) {
+      c.counters.peakReadsOutstanding = c.readsOutstanding;
+    }
+    c.counters.rdmaReads++;
+    c.postSend();
+  }
+}
+
+export function onReadDone(c: RpcRdmaConnection, idx: number): void {
+  c.readsOutstanding--;
+  const ib = c.inbound[idx];
+  if (ib && --ib.readsPending === 0) deliverInbound(c, ib);
+  pumpReads(c);
+}
+
+export function deliverInbound(c: RpcRdmaConnection, ib: InboundState): void {
+  let message: Buffer;
+  try {
+    if (ib.positions.length === 0) message = ib.inline;
+    else {
+      let base = ib.inline;
+      let first = 0;
+      if (ib.nomsg) {
+        base = ib.sinks[0].mr.buffer.subarray(0, ib.lengths[0]);
+        first = 1;
+      }
+      const ats = inlinePositions(ib.positions.slice(first), ib.lengths.slice(first));
+      const inserts: Insert[] = [];
+      for (let ci = first; ci < ib.positions.length; ci++) {
+        inserts.push({ at: ats[ci - first], data: ib.sinks[ci].mr.buffer.subarray(0, ib.lengths[ci]) });
+      }
+      message = reassemble(base, inserts);
+      if (message === base) message = Buffer.from(base);
+    }
+  } catch {
+    releaseInboundSinks(c, ib);
+    endInbound(c, ib);
+    sendError(c, ib.xid, ib.version, { code: ib.version === 1 ? ERR_CHUNK : RDMA2_ERR_BAD_XDR });
+    return;
+  }
+  // The data was copied out: the sinks can be rekeyed and reused at once.
+  releaseInboundSinks(c, ib);
+  const call = new InboundCallImpl(
+    ib.xid,
+    ib.version,
+    message,
+    ib.backward,
+    ib.writeChunks,
+    ib.replyChunk,
+    ib.invHandle,
+    ib.singleHandle,
+    c,
+  );
+  endInbound(c, ib);
+  if (!c.responder) return;
+  try {
+    c.responder.onCall(call);
+  } catch (e) {
+    // The requester would otherwise wait for a reply that never comes: unless the handler answered
+    // before throwing, the call is answered RDMA2_ERR_SYSTEM (Version 1: ERR_CHUNK). The connection and
+    // the other calls are unaffected.
+    c.handlerThrew('onCall', e, { xid: call.xid, backward: call.backward, answered: call.answered });
+    if (!call.answered) c.replyError(call, { code: RDMA2_ERR_SYSTEM });
+  }
+}
+
+/**
+ * RDMA2_DONE from the requester: its pull is over, so the exposed reply is fenced now. Deregistration
+ * revokes the rkey at once (unless the DONE came With Invalidate, which already did). A DONE for an XID
+ * with nothing exposed is dropped silently (seed 002 §4.1.3).
+ */
+export function onDone(c: RpcRdmaConnection, xid: number, wc: WorkCompletion): void {
+  const reg = c.rprcPending.get(xid);
+  if (!reg) {
+    c.counters.droppedMessages++;
+    return;
+  }
+  c.rprcPending.delete(xid);
+  if (wc.wcFlags & WcFlags.WITH_INV && wc.invalidatedRkey === reg.mr.rkey) c.counters.remoteInvalidations++;
+  c.registrar.release(reg);
+}
+
+export function releaseInboundSinks(c: RpcRdmaConnection, ib: InboundState): void {
+  for (const s of ib.sinks) c.registrar.release(s, true);
+  ib.sinks.length = 0;
+}
+
+export function endInbound(c: RpcRdmaConnection, ib: InboundState): void {
+  c.inbound[ib.index] = null;
+  c.freeInbound.push(ib.index);
+  c.inboundActive--;
+}
+
+export function flushPendingReplies(c: RpcRdmaConnection): void {
+  while (c.pendingReplies.length > 0 && c.sendSlab.available > 0) {
+    const p = c.pendingReplies.shift() as {
+      inbound: InboundCallImpl;
+      message: Buffer;
+      items: readonly DdpItem[];
+    };
+    sendReply(c, p.inbound, p.message, p.items);
+  }
+}
+
+export function sendReply(
+  c: RpcRdmaConnection,
+  ib: InboundCallImpl,
+  message: Buffer,
+  items: readonly DdpItem[],
+): void {
+  const version = ib.version;
+  const caps = c.scratchCaps;
+  caps.length = 0;
+  for (const w of ib.writeChunks) caps.push(sumLengths(w));
+  const replyCap = ib.replyChunk ? sumLengths(ib.replyChunk) : -1;
+  let writeSegs = 0;
+  for (const w of ib.writeChunks) writeSegs += w.length;
+  const headerSize = maxChunkHeaderSize(version, {
+    writeSegments: writeSegs,
+    writeChunks: ib.writeChunks.length,
+    replySegments: ib.replyChunk ? ib.replyChunk.length : undefined,
+  });
+  const planInput = {
+    version,
+    replyLength: message.length,
+    items,
+    writeCapacities: caps,
+    replyCapacity: replyCap,
+    sendLimit: c.sendLimit,
+    headerSize,
+  };
+  let plan = planReply(planInput);
+  let rprc = false;
+  if (
+    plan.mode === 'error' &&
+    plan.error?.code === RDMA2_ERR_REPLY_RESOURCE &&
+    version === 2 &&
+    c.props.peerValues.get(RDMA2_PROPID_RPRC) === true
+  ) {
+    // Seed 002 §4.1.1: the reply exceeds every requester-provided resource and the requester takes
+    // responder-provided Read chunks: expose the reduced reply for it to pull.
+    plan = planReply({ ...planInput, replyCapacity: Number.MAX_SAFE_INTEGER });
+    rprc = plan.mode === 'reply-chunk';
+  }
+  if (plan.mode === 'error' && plan.error) {
+    sendError(c, ib.xid, version, version === 1 ? { code: ERR_CHUNK } : plan.error);
+    return;
+  }
+  const slot = c.sendSlab.acquire();
+  const moved = plan.moved === items.length ? items : items.slice(0, plan.moved);
+  let regs: ChunkRegistration[] | null = null;
+  // Source of the RDMA Writes. Moved items that fit one send buffer are staged (copied) into a second
+  // pre-registered send buffer, released with the Send's completion: no memory registration per reply
+  // (on hardware a registration is a system call that pins pages; svcrdma likewise writes from memory it
+  // already mapped). Larger sources, and Long Replies, register the message (one MR per reply).
+  let srcMr: MemoryRegion | null = null;
+  /** Where item i's data starts in `srcMr` (staged) — or its offset in `message` (registered). */
+  const srcAt = c.scratchAt;
+  srcAt.length = 0;
+  let stage = -1;
+  if (plan.moved > 0 && plan.mode !== 'reply-chunk') {
+    let bytes = 0;
+    for (const it of moved) bytes += it.length;
+    if (bytes <= c.sendSlab.size && c.sendSlab.available > CONTROL_SEND_SLOTS) {
+      stage = c.sendSlab.acquire();
+      const view = c.sendSlab.view(stage);
+      let at = 0;
+      for (const it of moved) {
+        srcAt.push(c.sendSlab.offset(stage) + at);
+        at += message.copy(view, at, it.offset, it.offset + it.length);
+      }
+      srcMr = c.sendSlab.mr;
+    }
+  }
+  const needSrc = srcMr === null && (plan.moved > 0 || (plan.mode === 'reply-chunk' && !rprc));
+  let src: ChunkRegistration | null = null;
+  if (needSrc) {
+    src = c.registrar.registerLocal(message);
+    regs = [src];
+    srcMr = src.mr;
+    for (const it of moved) srcAt.push(it.offset);
+  }
+  // Write chunks: the data of each moved item, spread over the chunk's segments; unused chunks and
+  // segments are returned with length 0 (RFC 8166 §3.5.2).
+  const writesOut: RdmaSegmentInput[][] = [];
+  for (let i = 0; i < ib.writeChunks.length; i++) {
+    const segs = ib.writeChunks[i];
+    const out: RdmaSegmentInput[] = segs.map((s) => ({ handle: s.handle, length: 0, offset: s.offset }));
+    if (i < plan.moved) {
+      const it = items[i];
+      if (segs.length === 1) {
+        // The common case (one segment per chunk, as Linux and this requester offer): no span arrays.
+        if (it.length > 0) postWrite(c, srcMr as MemoryRegion, srcAt[i], it.length, segs[0], 0);
+        out[0].length = it.length;
+      } else {
+        const lens = c.scratchLens;
+        lens.length = 0;
+        for (const s of segs) lens.push(s.length);
+        for (const sp of scatter(it.length, lens) ?? []) {
+          postWrite(
+            c,
+            srcMr as MemoryRegion,
+            srcAt[i] + sp.srcOffset,
+            sp.length,
+            segs[sp.segment],
+            sp.segOffset,
+          );
+          out[sp.segment].length = sp.length;
+        }
+      }
+    }
+    writesOut.push(out);
+  }
+  let replyOut: RdmaSegmentInput[] | null = null;
+  let readsOut: ReadSegmentInput[] | undefined;
+  if (rprc) {
+    // A private copy: it stays exposed until the requester's DONE, longer than the caller's buffer.
+    const body = Buffer.allocUnsafe(plan.reducedLength);
+    copyReduced(message, moved, body, 0);
+    const reg = c.registrar.registerSource(body);
+    c.rprcPending.get(ib.xid)?.mr.deregister();
+    c.rprcPending.set(ib.xid, reg);
+    readsOut = [{ position: 0, handle: reg.mr.rkey, length: body.length, offset: reg.mr.iova }];
+    if (ib.replyChunk)
+      replyOut = ib.replyChunk.map((s) => ({ handle: s.handle, length: 0, offset: s.offset }));
+    c.counters.rprcReplies++;
+  } else if (plan.mode === 'reply-chunk' && ib.replyChunk) {
+    // The reduced reply goes into the Reply chunk (Long Reply, RFC 8166 §3.5.4).
+    let body = src as ChunkRegistration;
+    if (plan.moved > 0) {
+      const reduced = Buffer.allocUnsafe(plan.reducedLength);
+      copyReduced(message, moved, reduced, 0);
+      body = c.registrar.registerLocal(reduced);
+      if (regs === null) regs = [body];
+      else regs.push(body);
+    }
+    const segs = ib.replyChunk;
+    replyOut = segs.map((s) => ({ handle: s.handle, length: 0, offset: s.offset }));
+    for (const sp of scatter(
+      plan.reducedLength,
+      segs.map((s) => s.length),
+    ) ?? []) {
+      postWrite(c, body.mr, sp.srcOffset, sp.length, segs[sp.segment], sp.segOffset);
+      replyOut[sp.segment].length = sp.length;
+    }
+    c.counters.longReplies++;
+  } else if (ib.replyChunk) {
+    replyOut = ib.replyChunk.map((s) => ({ handle: s.handle, length: 0, offset: s.offset }));
+  }
+  const buf = c.sendSlab.view(slot);
+  c.w.reset(buf, 0, buf.length);
+  const chunks: ChunkListsInput = { reads: readsOut, writes: writesOut, reply: replyOut };
+  const nomsg = plan.mode === 'reply-chunk';
+  if (version === 2) {
+    encodeV2ChunkHeader(
+      c.w,
+      nomsg ? RDMA2_NOMSG : RDMA2_MSG,
+      ib.xid,
+      c.grant,
+      RPCRDMA2_F_RESPONSE,
+      0,
+      chunks,
+    );
+  } else {
+    encodeV1ChunkHeader(c.w, nomsg ? RDMA_NOMSG : RDMA_MSG, ib.xid, c.grant, chunks);
+  }
+  let len = c.w.length;
+  if (!nomsg) len += copyReduced(message, moved, buf, len);
+  c.sendRegs[slot] = regs;
+  c.sendStage[slot] = stage;
+  // Send With Invalidate (RFC 8797 §5.1, seed 004 §8.4) when the requester allows it and one rkey covers
+  // every chunk of the call; Version 2 names it in rdma_inv_handle.
+  let inv = 0;
+  if (c.opts.useRemoteInvalidate && c.peerAcceptsRemoteInvalidate && ib.singleHandle > 0) {
+    if (version === 1 || ib.invHandle === ib.singleHandle) inv = ib.singleHandle;
+  }
+  c.counters.repliesSent++;
+  c.postSendSlot(slot, len, inv ? WrOpcode.SEND_WITH_INV : WrOpcode.SEND, inv);
+}
+
+export function postWrite(
+  c: RpcRdmaConnection,
+  src: MemoryRegion,
+  srcOffset: number,
+  length: number,
+  seg: RdmaSegment,
+  segOffset: number,
+): void {
+  c.sge[0].mr = src;
+  c.sge[0].offset = srcOffset;
+  c.sge[0].length = length;
+  c.sendWr.wrId = KIND_WRITE;
+  c.sendWr.opcode = WrOpcode.RDMA_WRITE;
+  c.sendWr.flags = 0;
+  c.sendWr.remoteAddr = seg.offset + BigInt(segOffset);
+  c.sendWr.rkey = seg.handle;
+  c.counters.rdmaWrites++;
+  c.postSend();
+}
+
+const NO_READ_CHUNKS: ReadChunks = {
+  positions: Object.freeze([]) as unknown as number[],
+  lengths: Object.freeze([]) as unknown as number[],
+  segments: Object.freeze([]) as unknown as RdmaSegment[][],
+  singleHandle: 0,
+};

@@ -1,0 +1,152 @@
+/** Per-call state records of both roles (pooled, indexed by work-request id) and small helpers. */
+import type {
+  ChunkListsInput,
+  RdmaSegment,
+  RdmaSegmentInput,
+  ReadSegmentInput,
+  V2NoMsg,
+} from '../protocol/index.js';
+import type { Sge } from '../verbs/index.js';
+import type { RpcRdmaConnection } from './connection.js';
+import type { TransportError } from './errors.js';
+import type { ChunkRegistration } from './registration.js';
+import type { InboundCall, TransportCall } from './types.js';
+
+export interface CallState {
+  index: number;
+  call: TransportCall | null;
+  regs: ChunkRegistration[];
+  writeRegs: ChunkRegistration[];
+  replyReg: ChunkRegistration | null;
+  reply: Buffer | null;
+  error: TransportError | null;
+  /** Resend after invalidation (resources adjusted) instead of completing. */
+  resend: boolean;
+  abandoned: boolean;
+  attempts: number;
+  forcePzrc: boolean;
+  noWriteChunks: boolean;
+  writeNeed: number[] | null;
+  replyNeed: number;
+  inFlight: boolean;
+  /** Responder-provided Read chunk being pulled (seed 002): the sink, the reply header, reads left. */
+  pullSink: ChunkRegistration | null;
+  pullHeader: V2NoMsg | null;
+  pullsPending: number;
+}
+
+export interface ReadJob {
+  chunk: number;
+  segment: RdmaSegment;
+  sinkOffset: number;
+}
+
+export interface InboundState {
+  index: number;
+  xid: number;
+  version: 1 | 2;
+  backward: boolean;
+  inline: Buffer;
+  nomsg: boolean;
+  positions: number[];
+  lengths: number[];
+  sinks: ChunkRegistration[];
+  segments: RdmaSegment[][];
+  readsPending: number;
+  writeChunks: RdmaSegment[][];
+  replyChunk: RdmaSegment[] | null;
+  invHandle: number;
+  /** The handle every requester chunk shares, or 0 (no chunks) / -1 (several handles). */
+  singleHandle: number;
+  call: InboundCallImpl | null;
+}
+
+export class InboundCallImpl implements InboundCall {
+  constructor(
+    readonly xid: number,
+    readonly version: 1 | 2,
+    readonly message: Buffer,
+    readonly backward: boolean,
+    readonly writeChunks: readonly (readonly RdmaSegment[])[],
+    readonly replyChunk: readonly RdmaSegment[] | null,
+    readonly invHandle: number,
+    /** @internal */ readonly singleHandle: number,
+    /** @internal */ readonly owner: RpcRdmaConnection,
+  ) {}
+  answered = false;
+}
+
+export const EMPTY = Buffer.alloc(0);
+export const EMPTY_SGL: readonly Sge[] = [];
+
+export function sumLengths(segs: readonly { length: number }[]): number {
+  let n = 0;
+  for (const s of segs) n += s.length;
+  return n;
+}
+
+/**
+ * The chunk lists of one call being encoded, built in reused arrays and segment objects (one chunk =
+ * one segment, as this requester registers them). Valid until the next `begin()`: the encoder consumes
+ * them synchronously.
+ */
+export class ChunkScratch {
+  private readonly reads: ReadSegmentInput[] = [];
+  private readonly writes: RdmaSegmentInput[][] = [];
+  private readonly replySeg: RdmaSegmentInput[] = [{ handle: 0, length: 0, offset: 0n }];
+  private readonly readPool: ReadSegmentInput[] = [];
+  private readonly writePool: RdmaSegmentInput[][] = [];
+  private readonly out: {
+    reads?: ReadSegmentInput[];
+    writes?: RdmaSegmentInput[][];
+    reply?: RdmaSegmentInput[];
+  } = {};
+
+  begin(): void {
+    this.reads.length = 0;
+    this.writes.length = 0;
+    this.out.reads = undefined;
+    this.out.writes = undefined;
+    this.out.reply = undefined;
+  }
+
+  read(position: number, handle: number, length: number, offset: bigint): void {
+    const i = this.reads.length;
+    let s = this.readPool[i];
+    if (s === undefined) {
+      s = { position: 0, handle: 0, length: 0, offset: 0n };
+      this.readPool[i] = s;
+    }
+    s.position = position;
+    s.handle = handle;
+    s.length = length;
+    s.offset = offset;
+    this.reads.push(s);
+    this.out.reads = this.reads;
+  }
+
+  write(handle: number, length: number, offset: bigint): void {
+    const i = this.writes.length;
+    let chunk = this.writePool[i];
+    if (chunk === undefined) {
+      chunk = [{ handle: 0, length: 0, offset: 0n }];
+      this.writePool[i] = chunk;
+    }
+    chunk[0].handle = handle;
+    chunk[0].length = length;
+    chunk[0].offset = offset;
+    this.writes.push(chunk);
+    this.out.writes = this.writes;
+  }
+
+  reply(handle: number, length: number, offset: bigint): void {
+    this.replySeg[0].handle = handle;
+    this.replySeg[0].length = length;
+    this.replySeg[0].offset = offset;
+    this.out.reply = this.replySeg;
+  }
+
+  lists(): ChunkListsInput {
+    return this.out;
+  }
+}
