@@ -184,9 +184,16 @@ export interface RpcCounters {
   /** Calls taken from clients and replies returned, whatever the program. */
   callsTotal: number;
   repliesTotal: number;
-  /** By program / version / procedure, when the router counts them (empty otherwise). */
+  /**
+   * By program / version / procedure, when the router counts them (empty otherwise). The gateway keeps a
+   * bounded table; calls beyond it (or whose header did not decode) are in `callsOther`.
+   */
   calls: RpcCallCount[];
-  /** Replies by status: `success`, `prog_unavail`, `garbage_args`, `denied`, ... */
+  callsOther?: number;
+  /**
+   * Replies by status (RFC 5531 §9): `success`, `prog_unavail`, `prog_mismatch`, `proc_unavail`,
+   * `garbage_args`, `system_err`, `rpc_mismatch`, `auth_error`, `malformed`.
+   */
   replies: Record<string, number>;
   /** Calls by class: `inline`, `read_chunk`, `long` (Position-Zero Read chunk), `reply_chunk`, ... */
   callsByClass: Record<string, number>;
@@ -197,6 +204,11 @@ export interface RpcCounters {
   latency?: HistogramData;
   backchannelCalls?: number;
   backchannelReplies?: number;
+  /**
+   * Calls the RDMA transport failed, by `TransportError` code: `ERR_TRANSPORT_PEER_<rdma_err>` (the peer
+   * refused the call with RDMA_ERROR), `ERR_TRANSPORT_CONNECTION_LOST` (resent elsewhere), ...
+   */
+  transportFailures?: Record<string, number>;
   /** Other router events by name (retransmits, hold time expired, malformed records, ...). */
   events: Record<string, number>;
 }
@@ -292,8 +304,8 @@ export interface GatewayControl {
   /** Closes one TCP client; false when there is no such client. */
   closeClient(id: number, reason: string): boolean;
   /**
-   * Marks the gateway draining: readiness fails so that load balancers send no new clients, calls in
-   * flight finish. Idempotent; `cancelDrain` undoes it.
+   * Marks the gateway draining: readiness fails so that load balancers send no new clients, new TCP
+   * connections are refused, the open ones go on and their calls in flight finish. Idempotent; `cancelDrain` undoes it.
    */
   drain(): DrainStatus;
   cancelDrain(): DrainStatus;

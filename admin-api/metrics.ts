@@ -204,11 +204,16 @@ export function renderGatewayMetrics({ counters, upstreams, info, readiness }: M
   w.family(
     `${P}rpc_calls_total`,
     'counter',
-    'RPC calls forwarded, by program, version and procedure.',
-    rpc.calls.map((c): [Labels, number] => [
-      { program: c.program, version: c.version, procedure: c.procedure },
-      c.count,
-    ]),
+    'RPC calls forwarded, by program, version and procedure (a bounded table; the rest as "other").',
+    [
+      ...rpc.calls.map((c): [Labels, number] => [
+        { program: c.program, version: c.version, procedure: c.procedure },
+        c.count,
+      ]),
+      ...(rpc.callsOther === undefined
+        ? []
+        : [[{ program: 'other', version: 'other', procedure: 'other' }, rpc.callsOther] as [Labels, number]]),
+    ],
   );
   w.family(
     `${P}rpc_replies_total`,
@@ -235,6 +240,13 @@ export function renderGatewayMetrics({ counters, upstreams, info, readiness }: M
       'Time from a call received to its reply sent, seconds.',
       {},
       rpc.latency,
+    );
+  if (rpc.transportFailures !== undefined)
+    w.family(
+      `${P}rdma_call_failures_total`,
+      'counter',
+      'Calls the RDMA transport failed, by error code (ERR_TRANSPORT_PEER_* = refused by the peer with RDMA_ERROR).',
+      table('code', rpc.transportFailures),
     );
   if (rpc.backchannelCalls !== undefined)
     w.family(

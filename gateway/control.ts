@@ -128,10 +128,12 @@ interface SlotHistory {
 }
 
 export class GatewayControlAdapter implements GatewayControl {
-  private draining = false;
   private readonly startedAt: number;
   private readonly version: string;
   private readonly history = new Map<number, SlotHistory>();
+  /** Pool slots the operator took offline: whatever connection occupies them is kept out of rotation. */
+  private readonly offlineSlots = new Set<number>();
+  private stopWatchingPool: (() => void) | null = null;
 
   constructor(
     private readonly gateway: Gateway,
@@ -141,8 +143,17 @@ export class GatewayControlAdapter implements GatewayControl {
     this.version = o.version ?? packageVersion();
   }
 
+  /** Follows reconnects of offline slots: the new connection of such a slot starts out of rotation. */
+  private watchPool(): void {
+    if (this.stopWatchingPool) return;
+    this.stopWatchingPool = this.gateway.pool.onReady((conn) => {
+      const slot = this.gateway.pool.snapshot().slots.find((s) => s.connection?.id === conn.id);
+      if (slot && this.offlineSlots.has(slot.index)) this.gateway.router.setOffline(conn, true);
+    });
+  }
+
   private state(): GatewayState {
-    if (this.draining) return 'draining';
+    if (this.gateway.draining) return 'draining';
     return this.gateway.frontend.addresses().length > 0 ? 'running' : 'stopped';
   }
 
@@ -164,8 +175,10 @@ export class GatewayControlAdapter implements GatewayControl {
   readiness(): ReadinessFacts {
     return {
       listenerBound: this.gateway.frontend.addresses().length > 0,
-      upstreamsReady: this.gateway.pool.snapshot().ready,
-      draining: this.draining,
+      upstreamsReady: this.gateway.pool
+        .snapshot()
+        .slots.filter((s) => s.state === 'ready' && !this.offlineSlots.has(s.index)).length,
+      draining: this.gateway.draining,
       state: this.state(),
     };
   }
@@ -211,7 +224,8 @@ export class GatewayControlAdapter implements GatewayControl {
   }
 
   upstreams(): UpstreamInfo[] {
-    return this.gateway.pool.snapshot().slots.map((s) => upstreamInfo(this.gateway.pool.snapshot().peer, s));
+    const pool = this.gateway.pool.snapshot();
+    return pool.slots.map((s) => upstreamInfo(pool.peer, s, this.offlineSlots.has(s.index)));
   }
 
   clients(): ClientInfo[] {
@@ -237,6 +251,7 @@ export class GatewayControlAdapter implements GatewayControl {
   counters(): GatewayCounters {
     const f = this.gateway.frontend.stats;
     const r = this.gateway.router.snapshot();
+    const calls = this.gateway.router.callStats.snapshot();
     const pool = this.gateway.pool.snapshot();
     return {
       frontend: {
@@ -258,10 +273,13 @@ export class GatewayControlAdapter implements GatewayControl {
       rpc: {
         callsTotal: r.calls,
         repliesTotal: r.replies,
-        calls: [],
-        replies: {},
+        calls: calls.calls,
+        callsOther: calls.callsOther,
+        replies: calls.replies,
         callsByClass: {},
         inFlight: r.inFlight,
+        latency: calls.latency,
+        transportFailures: calls.failures,
         backchannelCalls: r.backchannelCalls,
         backchannelReplies: r.backchannelReplies,
         events: {
@@ -417,12 +435,18 @@ export class GatewayControlAdapter implements GatewayControl {
 
   async upstreamAction(id: number, action: UpstreamAction): Promise<UpstreamInfo> {
     const [slot] = this.selected(id);
-    if (action !== 'reconnect') {
-      throw new ControlError(
-        'ERR_CONTROL_UNSUPPORTED',
-        `taking an RDMA connection slot ${action} needs pool support that has not landed`,
-        { upstream: id, action },
-      );
+    if (action === 'offline' || action === 'online') {
+      // Out of rotation in the router; the connection stays established (the pool cannot park a slot).
+      const offline = action === 'offline';
+      if (offline) {
+        this.watchPool();
+        this.offlineSlots.add(id);
+      } else {
+        this.offlineSlots.delete(id);
+      }
+      if (slot.conn) this.gateway.router.setOffline(slot.conn, offline);
+      this.o.logger.info({ upstream: id, action }, `upstream ${id} ${action}`);
+      return this.upstreamInfo(id);
     }
     if (!slot.conn) {
       throw new ControlError('ERR_CONTROL_CONFLICT', `upstream ${id} has no connection to reconnect`, {
@@ -432,8 +456,12 @@ export class GatewayControlAdapter implements GatewayControl {
     // The pool sees the close, fails the calls in flight as retransmittable (the router resends them on
     // another connection) and reconnects the slot with its back-off.
     slot.conn.close('reconnect requested through the admin API');
+    return this.upstreamInfo(id);
+  }
+
+  private upstreamInfo(id: number): UpstreamInfo {
     const pool = this.gateway.pool.snapshot();
-    return upstreamInfo(pool.peer, pool.slots[id]);
+    return upstreamInfo(pool.peer, pool.slots[id], this.offlineSlots.has(id));
   }
 
   closeClient(id: number, reason: string): boolean {
@@ -447,12 +475,12 @@ export class GatewayControlAdapter implements GatewayControl {
   }
 
   drain(): DrainStatus {
-    this.draining = true;
+    this.gateway.drain();
     return { draining: true, callsInFlight: this.gateway.frontend.stats.callsInFlight };
   }
 
   cancelDrain(): DrainStatus {
-    this.draining = false;
+    this.gateway.resume();
     return { draining: false, callsInFlight: this.gateway.frontend.stats.callsInFlight };
   }
 }
@@ -466,13 +494,13 @@ function creditView(cs: ConnectionSnapshot) {
   };
 }
 
-function upstreamInfo(peer: string, s: PoolSnapshot['slots'][number]): UpstreamInfo {
+function upstreamInfo(peer: string, s: PoolSnapshot['slots'][number], offline: boolean): UpstreamInfo {
   const cs = s.connection;
   return {
     id: s.index,
     connectionId: cs?.id ?? null,
     peer: cs?.peer ?? peer,
-    state: s.state,
+    state: offline ? 'offline' : s.state,
     version: cs?.version ?? 0,
     credits: cs ? creditView(cs) : { granted: 0, inUse: 0, max: 0, queued: 0 },
     grant: cs?.grant ?? 0,

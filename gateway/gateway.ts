@@ -106,6 +106,24 @@ export class Gateway {
     readonly routing: Routing | null = null,
   ) {}
 
+  /**
+   * Drain (admin API, k8s pre-stop): new TCP connections are refused while calls of the open ones go on
+   * and finish; `resume()` accepts again. `stop()` is what closes the open connections.
+   */
+  drain(): void {
+    this.frontend.refuseNewConnections(true);
+    this.log.info({ inFlight: this.frontend.stats.callsInFlight }, 'draining: new TCP connections refused');
+  }
+
+  resume(): void {
+    this.frontend.refuseNewConnections(false);
+    this.log.info('drain cancelled: accepting TCP connections again');
+  }
+
+  get draining(): boolean {
+    return this.frontend.refusingNewConnections;
+  }
+
   snapshot(): GatewaySnapshot {
     return {
       frontend: { ...this.frontend.stats },

@@ -29,6 +29,7 @@
  *   reports nothing once the call is over, so the router could not tell when the record and the XID are
  *   free again.)
  */
+import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { pino } from 'pino';
 import type {
@@ -42,6 +43,7 @@ import { RpcCallHeader } from '../rpc/message.js';
 import type { CloseReason, FrontendConnection, FrontendHandler } from '../tcp-frontend/server.js';
 import { BackchannelRelay, type BackchannelStats } from './backchannel/relay.js';
 import { type CallRecord, CallRecordPool, type ConnectionLink } from './router/call-record.js';
+import { CallStats } from './router/call-stats.js';
 import { ClientRing, ClientState } from './router/client-state.js';
 import { SessionTable } from './router/sessions.js';
 import type { UlbRegistry } from './ulb/registry.js';
@@ -142,6 +144,13 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   private links: ConnectionLink[] = [];
   private readonly linkOf = new Map<RpcRdmaConnection, ConnectionLink>();
   private readonly sessions = new SessionTable();
+  /** Connections the operator took out of rotation (`setOffline`), also before their link exists. */
+  private readonly offline = new Set<RpcRdmaConnection>();
+  /**
+   * Calls by program/version/procedure, replies by status, latency, transport failures by code
+   * (preallocated tables; `callStats.snapshot()` for the admin API).
+   */
+  readonly callStats = new CallStats();
   /** Backward calls from the pool's connections (also the pool's default responder handler). */
   readonly backchannel = new BackchannelRelay(this.sessions, this.stats);
   private pool: ConnectionPool | null = null;
@@ -177,6 +186,20 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     this.timer = null;
   }
 
+  /**
+   * Takes a connection out of rotation (admin API "offline") or puts it back. An offline connection gets
+   * no new call — not even the calls of an NFSv4.1 session bound to it, which move to another connection
+   * as when a connection is lost — and the calls in flight on it finish normally. The connection itself
+   * stays open (closing it for good is the pool's business).
+   */
+  setOffline(conn: RpcRdmaConnection, offline: boolean): void {
+    if (offline) this.offline.add(conn);
+    else this.offline.delete(conn);
+    const link = this.linkOf.get(conn);
+    if (link) link.offline = offline;
+    if (!offline) this.pump();
+  }
+
   snapshot(): RouterStats {
     const s = this.stats;
     s.clients = this.clients.size;
@@ -210,6 +233,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       return;
     }
     const r = this.records.take();
+    r.arrivedAt = performance.now();
     r.client = client;
     r.message = record;
     r.clientXid = record.readUInt32BE(0);
@@ -239,8 +263,11 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
 
   /** Asks the ULB about the call; a header that does not decode is forwarded as it is (the server answers). */
   private plan(r: CallRecord, record: Buffer): void {
+    let counted = false;
     try {
       const h = this.header.decode(record, 0, record.length);
+      this.callStats.call(h.prog, h.vers, h.proc);
+      counted = true;
       r.gss = h.isGss;
       this.registry.planCall(h, r.plan);
       const op = sessionOpOfCall(h, record, r.sessionId);
@@ -249,6 +276,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
         r.session = this.sessions.find(r.sessionId);
       }
     } catch {
+      if (!counted) this.callStats.unclassifiedCall();
       r.gss = false;
       r.plan.fallBack();
       r.plan.binding = null;
@@ -314,7 +342,13 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   /** True when the call belongs to a session whose connection is still alive (it must go there). */
   private bound(r: CallRecord): boolean {
     const s = r.session;
-    return s !== null && s.link !== null && s.link.conn.state !== 'closed' && this.linkOf.has(s.link.conn);
+    return (
+      s !== null &&
+      s.link !== null &&
+      !s.link.offline &&
+      s.link.conn.state !== 'closed' &&
+      this.linkOf.has(s.link.conn)
+    );
   }
 
   /** Whether `l` can take a call now. */
@@ -337,7 +371,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     const links = this.links;
     for (let i = 0; i < links.length; i++) {
       const l = links[i];
-      if (!Router.free(l)) continue;
+      if (l.offline || !Router.free(l)) continue;
       if (r.gss && l.xids.has(r.clientXid)) continue;
       const load = l.xids.size;
       if (load < bestLoad) {
@@ -394,12 +428,14 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       this.one[0] = reply;
       client.conn.sendReply(this.one);
       this.one[0] = EMPTY; // drop the reference to the reply
+      this.callStats.reply(reply, r.arrivedAt, performance.now());
     }
     this.records.give(r);
     this.pump();
   }
 
   onFailed(r: CallRecord, error: TransportError): void {
+    this.callStats.failure(error.code);
     this.unlink(r);
     const client = r.client as ClientState;
     if (client.closed) {
@@ -477,7 +513,12 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     let changed = live.length !== this.links.length;
     for (const conn of live) {
       if (!this.linkOf.has(conn)) {
-        const link: ConnectionLink = { conn, xids: new Map(), backchannel: null };
+        const link: ConnectionLink = {
+          conn,
+          xids: new Map(),
+          backchannel: null,
+          offline: this.offline.has(conn),
+        };
         this.linkOf.set(conn, link);
         // Backward calls are reported per connection, so the relay knows where each came from.
         conn.setResponder(this.backchannel.portFor(link));
@@ -487,6 +528,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     for (const [conn, link] of this.linkOf) {
       if (conn.state === 'closed' && link.xids.size === 0 && !live.includes(conn)) {
         this.linkOf.delete(conn);
+        this.offline.delete(conn);
         changed = true;
       }
     }

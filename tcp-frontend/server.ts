@@ -65,6 +65,7 @@ export class FrontendServer {
   private readonly keepAliveMs: number;
   private readonly servers: Server[] = [];
   private closing = false;
+  private refusing = false;
   private readonly closeWaiters: (() => void)[] = [];
 
   constructor(options: FrontendServerOptions) {
@@ -154,6 +155,19 @@ export class FrontendServer {
     await listenersClosed;
   }
 
+  /**
+   * Drain (admin API): while `refuse` is set, a new connection is closed as soon as it is accepted (counted
+   * as REFUSED_DRAINING); open connections and their calls are untouched. The listeners stay bound, so
+   * cancelling the drain cannot lose the port to another process.
+   */
+  refuseNewConnections(refuse: boolean): void {
+    this.refusing = refuse;
+  }
+
+  get refusingNewConnections(): boolean {
+    return this.refusing;
+  }
+
   private closeListeners(): Promise<void> {
     const servers = this.servers.splice(0);
     return Promise.all(
@@ -184,8 +198,12 @@ export class FrontendServer {
       socket.destroy();
       return;
     }
-    if (this.closing || this.connections.size >= this.limits.maxConnections) {
-      const code = this.closing ? 'REFUSED_SERVER_CLOSING' : 'REFUSED_MAX_CONNECTIONS';
+    if (this.closing || this.refusing || this.connections.size >= this.limits.maxConnections) {
+      const code = this.closing
+        ? 'REFUSED_SERVER_CLOSING'
+        : this.refusing
+          ? 'REFUSED_DRAINING'
+          : 'REFUSED_MAX_CONNECTIONS';
       this.stats.connectionsRefused++;
       countBy(this.stats.errors, code);
       this.log.warn(

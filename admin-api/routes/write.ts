@@ -92,9 +92,9 @@ export function registerWriteRoutes(app: FastifyInstance, ctx: AdminContext): vo
         schema: {
           summary:
             action === 'offline'
-              ? 'Take an RDMA connection slot offline (its calls finish, no new calls, no reconnect)'
+              ? 'Take an RDMA connection slot out of rotation (no new calls, calls in flight finish; the connection stays open)'
               : action === 'online'
-                ? 'Bring an offline slot back (it connects again)'
+                ? 'Put an offline slot back into rotation'
                 : 'Close the slot’s connection and connect again (calls in flight are retransmitted)',
           tags: ['upstreams'],
           security,

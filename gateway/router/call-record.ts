@@ -19,6 +19,8 @@ export interface ConnectionLink {
   readonly xids: Map<number, CallRecord>;
   /** The NFSv4.1 session whose backchannel is bound to this connection (CB_NULL and unnamed callbacks). */
   backchannel: Session | null;
+  /** Taken out of rotation by the operator (admin API): no new calls, those in flight finish. */
+  offline: boolean;
 }
 
 export class CallRecord implements TransportCall {
@@ -40,6 +42,8 @@ export class CallRecord implements TransportCall {
   gss = false;
   /** The connection carrying it, while it is in flight on the RDMA side. */
   link: ConnectionLink | null = null;
+  /** When the router received the record (`performance.now()` ms): the latency histogram counts from here. */
+  arrivedAt = 0;
   /** When it (re)entered its client's queue (ms, `Date.now()`): the hold time counts from here. */
   queuedAt = 0;
   /** Times it was submitted to a connection (> 1 after a connection loss). */
@@ -67,6 +71,7 @@ export class CallRecord implements TransportCall {
     this.gss = false;
     this.link = null;
     this.queuedAt = 0;
+    this.arrivedAt = 0;
     this.attempts = 0;
     this.next = null;
     this.sessionOp = SessionOp.NONE;

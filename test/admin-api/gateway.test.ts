@@ -4,6 +4,7 @@
  * back with its disposition, drain turning /readyz to 503 while calls in flight finish, counters that move
  * with traffic, client close and upstream reconnect.
  */
+import { connect } from 'node:net';
 import Ajv2020 from 'ajv/dist/2020.js';
 import test from 'ava';
 import parsePrometheus from 'parse-prometheus-text-format';
@@ -11,7 +12,7 @@ import { request } from 'undici';
 import { type AdminApi, createAdminApi } from '../../admin-api/index.js';
 import { gatewayControl } from '../../gateway/control.js';
 import { type Gateway, startGateway } from '../../gateway/gateway.js';
-import { TestProgramClient } from '../../gateway/test-program/index.js';
+import { TEST_PROGRAM, TestProgramClient } from '../../gateway/test-program/index.js';
 import { captureLogger, waitFor } from '../gateway/helpers.js';
 import { testConfig } from '../integration/helpers.js';
 
@@ -58,6 +59,24 @@ async function stop(h: Harness): Promise<void> {
 
 // biome-ignore lint/suspicious/noExplicitAny: JSON bodies of the API under test, checked field by field
 type Body = any;
+
+/** Connects to `port` and reports whether the gateway closed the connection within 1 s (no data sent). */
+function tcpFate(port: number): Promise<'closed by the gateway' | 'open'> {
+  return new Promise((resolve, reject) => {
+    const socket = connect({ host: '127.0.0.1', port });
+    const timer = setTimeout(() => {
+      socket.destroy();
+      resolve('open');
+    }, 1000);
+    socket.on('error', () => {}); // a reset instead of a FIN is a refusal too
+    socket.once('close', () => {
+      clearTimeout(timer);
+      resolve('closed by the gateway');
+    });
+    socket.once('connect', () => socket.setTimeout(0));
+    setTimeout(() => reject(new Error('unreachable')), 5000).unref();
+  });
+}
 
 async function json(
   h: Harness,
@@ -169,11 +188,25 @@ test('drain makes /readyz 503 while calls in flight finish', async (t) => {
     t.is(ready.status, 503);
     t.is(ready.json.reason, 'draining');
     t.is((await json(h, 'GET', '/v1/server-info')).json.state, 'draining');
+    // A new TCP connection is refused (closed at once, counted), the open one goes on.
+    const port = h.g.addresses[0].port;
+    t.is(await tcpFate(port), 'closed by the gateway');
+    t.is(h.g.frontend.stats.errors.REFUSED_DRAINING, 1);
     const results = await Promise.all(calls);
     t.deepEqual(results, Array(24).fill(payload.length), 'every call in flight finished');
+    await h.client.null(); // the open client still gets answers while draining
     t.is((await json(h, 'GET', '/readyz')).status, 503, 'still draining after the calls finished');
-    await json(h, 'POST', '/v1/drain/cancel');
+    const cancelled = await json(h, 'POST', '/v1/drain/cancel');
+    t.false(cancelled.json.draining);
     t.is((await json(h, 'GET', '/readyz')).status, 200);
+    t.is(await tcpFate(port), 'open');
+    const again = await TestProgramClient.connect({ host: '127.0.0.1', port, callTimeoutMs: 10_000 });
+    try {
+      t.deepEqual(await again.echo(Buffer.from('after the drain')), Buffer.from('after the drain'));
+    } finally {
+      await again.rpc.close();
+    }
+    t.is(h.g.frontend.stats.errors.REFUSED_DRAINING, 1, 'no refusal once the drain is cancelled');
   } finally {
     await stop(h);
   }
@@ -222,7 +255,7 @@ test('counters move when traffic flows, in /v1/stats and /metrics', async (t) =>
   }
 });
 
-test('upstream reconnect keeps the slot counters monotonic; offline is not supported yet', async (t) => {
+test('upstream reconnect keeps the slot counters monotonic', async (t) => {
   const h = await start();
   try {
     await waitFor(() => h.g.pool.snapshot().ready === 2, 'two ready connections');
@@ -244,8 +277,8 @@ test('upstream reconnect keeps the slot counters monotonic; offline is not suppo
       const a = after.find((x: { id: number }) => x.id === u.id);
       t.true(a.callsSent >= u.callsSent, `slot ${u.id} counter did not go backwards`);
     }
-    t.is((await json(h, 'POST', '/v1/upstreams/1/offline')).status, 501);
     t.is((await json(h, 'POST', '/v1/upstreams/5/reconnect')).status, 404);
+    t.is((await json(h, 'POST', '/v1/upstreams/5/offline')).status, 404);
     t.is((await json(h, 'GET', '/readyz')).status, 200);
     const info = (await json(h, 'GET', '/v1/server-info')).json;
     t.is(info.provider, 'soft');
@@ -293,6 +326,183 @@ test('every read route of a real gateway answers within its documented schema', 
       checked++;
     }
     t.is(checked, 10);
+  } finally {
+    await stop(h);
+  }
+});
+
+test('an offline upstream gets no new calls, even after it reconnects; online puts it back', async (t) => {
+  const h = await start();
+  try {
+    await waitFor(() => h.g.pool.snapshot().ready === 2, 'two ready connections');
+    const sentBy = async () => {
+      const ups = (await json(h, 'GET', '/v1/stats?section=upstreams')).json.upstreams;
+      return ups.map((u: { callsSent: number }) => u.callsSent) as number[];
+    };
+    const burst = (n: number) => Promise.all(Array.from({ length: n }, () => h.client.null()));
+    const off = await json(h, 'POST', '/v1/upstreams/0/offline');
+    t.is(off.status, 200);
+    t.is(off.json.state, 'offline');
+    t.is((await json(h, 'GET', '/v1/upstreams/0')).json.state, 'offline');
+    t.is((await json(h, 'GET', '/readyz')).status, 200, 'slot 1 is still in rotation');
+    const s0 = await sentBy();
+    await burst(20);
+    const s1 = await sentBy();
+    t.deepEqual([s1[0] - s0[0], s1[1] - s0[1]], [0, 20], 'every call went to slot 1');
+
+    // A reconnect of the offline slot: the new connection starts out of rotation too.
+    const old = (await json(h, 'GET', '/v1/upstreams/0')).json.connectionId;
+    t.is((await json(h, 'POST', '/v1/upstreams/0/reconnect')).status, 200);
+    await waitFor(() => {
+      const s = h.g.pool.snapshot().slots[0];
+      return s.state === 'ready' && s.connection !== null && s.connection.id !== old;
+    }, 'slot 0 reconnected');
+    t.is((await json(h, 'GET', '/v1/upstreams/0')).json.state, 'offline');
+    const s2 = await sentBy();
+    await burst(20);
+    const s3 = await sentBy();
+    t.deepEqual([s3[0] - s2[0], s3[1] - s2[1]], [0, 20], 'the new connection of slot 0 got nothing');
+
+    // Both offline: not ready.
+    t.is((await json(h, 'POST', '/v1/upstreams/1/offline')).status, 200);
+    const ready = await json(h, 'GET', '/readyz');
+    t.is(ready.status, 503);
+
+    const on = await json(h, 'POST', '/v1/upstreams/0/online');
+    t.is(on.status, 200);
+    t.is(on.json.state, 'ready');
+    await json(h, 'POST', '/v1/upstreams/1/online');
+    t.is((await json(h, 'GET', '/readyz')).status, 200);
+    const s4 = await sentBy();
+    await burst(20);
+    const s5 = await sentBy();
+    t.true(s5[0] - s4[0] > 0, 'slot 0 takes calls again');
+    t.is(s5[0] - s4[0] + (s5[1] - s4[1]), 20);
+  } finally {
+    await stop(h);
+  }
+});
+
+test('a known traffic mix moves calls by procedure, replies by status and the latency histogram exactly', async (t) => {
+  const h = await start();
+  try {
+    await waitFor(() => h.g.pool.snapshot().ready === 2, 'two ready connections');
+    const scrape = async () => {
+      const text = await (await request(`${h.url}/metrics`)).body.text();
+      return parsePrometheus(text);
+    };
+    const P = 'rpcrdma_gateway_';
+    type Sample = { labels?: Record<string, string>; value: string };
+    const callsOf = (fams: ReturnType<typeof parsePrometheus>, proc: number, vers = 1) => {
+      const f = fams.find((x) => x.name === `${P}rpc_calls_total`);
+      const m = (f?.metrics as Sample[] | undefined)?.find(
+        (x) =>
+          x.labels?.program === String(TEST_PROGRAM) &&
+          x.labels?.version === String(vers) &&
+          x.labels?.procedure === String(proc),
+      );
+      return Number(m?.value ?? 0);
+    };
+    const repliesOf = (fams: ReturnType<typeof parsePrometheus>, status: string) => {
+      const f = fams.find((x) => x.name === `${P}rpc_replies_total`);
+      return Number(((f?.metrics ?? []) as Sample[]).find((x) => x.labels?.status === status)?.value ?? 0);
+    };
+    type Hist = { buckets: Record<string, string>; count: string; sum: string };
+    const histOf = (fams: ReturnType<typeof parsePrometheus>) => {
+      const f = fams.find((x) => x.name === `${P}rpc_call_duration_seconds`);
+      t.is(f?.type, 'HISTOGRAM');
+      return ((f?.metrics ?? []) as Hist[])[0];
+    };
+
+    const m0 = await scrape();
+    const s0 = (await json(h, 'GET', '/v1/stats?section=rpc')).json.rpc;
+    const mix = { NULL: 3, ECHO: 4, SINK: 2, SOURCE: 5, unknownProc: 2 };
+    for (let i = 0; i < mix.NULL; i++) await h.client.null();
+    for (let i = 0; i < mix.ECHO; i++) await h.client.echo(Buffer.alloc(i * 20_000 + 1, i));
+    for (let i = 0; i < mix.SINK; i++) await h.client.sink(Buffer.alloc(300_000, 9));
+    for (let i = 0; i < mix.SOURCE; i++) await h.client.source(1000 * (i + 1), i);
+    for (let i = 0; i < mix.unknownProc; i++) {
+      const r = await h.client.rpc.call(TEST_PROGRAM, 1, 99, []);
+      t.is(r.acceptStat, 3, 'PROC_UNAVAIL from the test server');
+    }
+    const total = mix.NULL + mix.ECHO + mix.SINK + mix.SOURCE + mix.unknownProc;
+    const m1 = await scrape();
+    const s1 = (await json(h, 'GET', '/v1/stats?section=rpc')).json.rpc;
+
+    t.is(callsOf(m1, 0) - callsOf(m0, 0), mix.NULL);
+    t.is(callsOf(m1, 1) - callsOf(m0, 1), mix.ECHO);
+    t.is(callsOf(m1, 2) - callsOf(m0, 2), mix.SINK);
+    t.is(callsOf(m1, 3) - callsOf(m0, 3), mix.SOURCE);
+    t.is(callsOf(m1, 99) - callsOf(m0, 99), mix.unknownProc);
+    t.is(repliesOf(m1, 'success') - repliesOf(m0, 'success'), total - mix.unknownProc);
+    t.is(repliesOf(m1, 'proc_unavail') - repliesOf(m0, 'proc_unavail'), mix.unknownProc);
+    t.is(repliesOf(m1, 'garbage_args') - repliesOf(m0, 'garbage_args'), 0);
+
+    // The histogram: cumulative buckets, +Inf = count, count moved by the number of replies.
+    const h0 = histOf(m0);
+    const h1 = histOf(m1);
+    t.is(Number(h1.count) - Number(h0.count), total);
+    t.is(h1.buckets['+Inf'], h1.count);
+    // (Sorted by bound: integer-like keys such as "1" come first in a JS object's key order.)
+    const les = Object.keys(h1.buckets).sort(
+      (a, b) => (a === '+Inf' ? Infinity : Number(a)) - (b === '+Inf' ? Infinity : Number(b)),
+    );
+    t.is(les.length, 18, '17 bounds and +Inf');
+    let previous = 0;
+    for (const le of les) {
+      const v = Number(h1.buckets[le]);
+      t.true(v >= previous, `bucket le=${le} is cumulative`);
+      previous = v;
+    }
+    t.true(Number(h1.sum) > Number(h0.sum), 'the sum of durations grew');
+    t.true(Number(h1.sum) - Number(h0.sum) < 60, 'and stays plausible (seconds)');
+
+    // /v1/stats says the same (since the start: no reset here), non-cumulative counts.
+    const count = (s: { latency: { counts: number[] } }) => s.latency.counts.reduce((a, b) => a + b, 0);
+    t.is(count(s1) - count(s0), total);
+    t.is(count(s1), Number(h1.count));
+    t.is(s1.replies.success - s0.replies.success, total - mix.unknownProc);
+    const byProc = (s: { calls: { program: number; procedure: number; count: number }[] }, p: number) =>
+      s.calls.find((c) => c.program === TEST_PROGRAM && c.procedure === p)?.count ?? 0;
+    t.is(byProc(s1, 3) - byProc(s0, 3), mix.SOURCE);
+    t.is(s1.callsOther, 0);
+
+    // No per-client label anywhere in these families.
+    for (const name of ['rpc_calls_total', 'rpc_replies_total', 'rpc_call_duration_seconds']) {
+      const f = m1.find((x) => x.name === `${P}${name}`);
+      const labels = new Set(
+        ((f?.metrics ?? []) as { labels?: Record<string, string> }[]).flatMap((m) =>
+          Object.keys(m.labels ?? {}),
+        ),
+      );
+      for (const l of labels)
+        t.true(['program', 'version', 'procedure', 'status'].includes(l), `${name}: ${l}`);
+    }
+  } finally {
+    await stop(h);
+  }
+});
+
+test('calls failed by the transport are counted by code (connection lost → resent)', async (t) => {
+  // One credit and large calls, so that calls are in flight on slot 0 when it is closed.
+  const h = await start({ poolSize: 1, grant: 1 });
+  try {
+    await waitFor(() => h.g.pool.snapshot().ready === 1, 'a ready connection');
+    const payload = Buffer.alloc(512 * 1024, 1);
+    const calls = Array.from({ length: 8 }, () => h.client.sink(payload));
+    await waitFor(() => h.g.router.stats.inFlight >= 1, 'a call in flight on the RDMA side', 20_000);
+    t.is((await json(h, 'POST', '/v1/upstreams/0/reconnect')).status, 200);
+    t.deepEqual(await Promise.all(calls), Array(8).fill(payload.length), 'resent and answered');
+    const s = (await json(h, 'GET', '/v1/stats?section=rpc')).json.rpc;
+    const lost = s.transportFailures.ERR_TRANSPORT_CONNECTION_LOST ?? 0;
+    t.true(lost >= 1, JSON.stringify(s.transportFailures));
+    t.is(lost, s.events.retransmits, 'each failure of a live client is one retransmission');
+    const text = await (await request(`${h.url}/metrics`)).body.text();
+    const fam = parsePrometheus(text).find((x) => x.name === 'rpcrdma_gateway_rdma_call_failures_total');
+    const m = ((fam?.metrics ?? []) as { labels: Record<string, string>; value: string }[]).find(
+      (x) => x.labels.code === 'ERR_TRANSPORT_CONNECTION_LOST',
+    );
+    t.is(Number(m?.value), lost);
   } finally {
     await stop(h);
   }
