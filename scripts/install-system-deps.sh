@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   tshark
-  nfs-ganesha nfs-ganesha-vfs nfs-ganesha-proxy-v4 rpcbind libnfs-utils
+  nfs-ganesha nfs-ganesha-vfs nfs-ganesha-proxy-v4 rpcbind libnfs-utils nfs-common
   haproxy socat
   libibverbs-dev librdmacm-dev ibverbs-providers pkg-config
   valgrind

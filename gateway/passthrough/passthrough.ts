@@ -145,6 +145,8 @@ export class Passthrough implements TcpRouteHandler {
   async close(): Promise<void> {
     this.closed = true;
     await Promise.all([...this.pools.values()].map((p) => p.close()));
+    // The final counters, for operators and for tests of a process they cannot snapshot from inside.
+    this.log.info({ stats: { ...this.stats, errors: { ...this.stats.errors } } }, 'passthrough closed');
   }
 
   private send(f: Forwarded, link: UpstreamLink, record: Buffer): void {
