@@ -5,8 +5,10 @@
  * and prints a summary: rounds, campaigns passed and failed, the seeds of failing runs (replay one with
  * FUZZ_SEED=...), the largest RSS a round reached.
  *
- * This is the first half: the gateway-chain fault injection (connections killed under load, upstream
- * restarts, stalled clients) joins the round list when the gateway router lands.
+ * The last two campaigns run mixed traffic through the gateway chain with faults (test/reliability/faults*);
+ * their logged figures are summed into the summary's `chain` block: calls, faults injected, retransmissions,
+ * client reconnects; lost calls and leaked registrations are asserted 0 by every run (a failing run is
+ * listed with its seed; replay with FAULT_SEED=...).
  */
 import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -40,7 +42,44 @@ export const CAMPAIGNS = [
   'rkey-access',
   'frontend-access',
   'load',
+  // The gateway chain under load with faults (RDMA connections killed mid-call, mid-chunk and mid-reconnect,
+  // clients dropped and stalled, responder and upstream processes killed and restarted).
+  'faults',
+  'faults-process',
 ];
+
+/** Figures the chain-fault campaigns log (see test/reliability/faults*.test.ts), summed over the run. */
+export interface ChainFigures {
+  calls: number;
+  faults: number;
+  clientResends: number;
+  clientReconnects: number;
+  routerRetransmits: number;
+}
+
+export function chainFigures(text: string): ChainFigures {
+  const f: ChainFigures = {
+    calls: 0,
+    faults: 0,
+    clientResends: 0,
+    clientReconnects: 0,
+    routerRetransmits: 0,
+  };
+  const sum = (re: RegExp) => [...text.matchAll(re)].reduce((n, m) => n + Number(m[1]), 0);
+  f.calls = sum(/ℹ (\d+) calls/g);
+  f.clientResends = sum(/client resends (\d+)/g) + sum(/(\d+) resends/g);
+  f.clientReconnects = sum(/, (\d+) reconnects/g) + sum(/reconnects (\d+)(?!,)/g);
+  f.routerRetransmits = sum(/router retransmits (\d+)/g);
+  for (const m of text.matchAll(/faults (\{[^}]*\})/g)) {
+    for (const v of Object.values(JSON.parse(m[1]) as Record<string, number>)) f.faults += v;
+  }
+  f.faults += sum(/(\d+) clients dropped/g);
+  for (const m of text.matchAll(/faults: ([^;\n]+(?:; [^;\n]+)*); client/g))
+    f.faults += m[1].split('; ').length;
+  // The stalled client: one fault per run.
+  f.faults += (text.match(/while one client stalled/g) ?? []).length;
+  return f;
+}
 
 interface RoundResult {
   campaign: string;
@@ -48,6 +87,7 @@ interface RoundResult {
   seeds: string[];
   ms: number;
   maxRssKiB: number;
+  chain: ChainFigures;
 }
 
 const testDir = fileURLToPath(new URL('../../test/reliability/', import.meta.url));
@@ -80,7 +120,14 @@ function runCampaign(name: string, cases: number): Promise<RoundResult> {
       clearInterval(sampler);
       const seeds = [...text.matchAll(/seed (\d+) \(replay/g)].map((m) => m[1]);
       if (code !== 0) process.stderr.write(text);
-      resolve({ campaign: name, ok: code === 0, seeds, ms: Date.now() - started, maxRssKiB });
+      resolve({
+        campaign: name,
+        ok: code === 0,
+        seeds,
+        ms: Date.now() - started,
+        maxRssKiB,
+        chain: chainFigures(text),
+      });
     });
   });
 }
@@ -134,6 +181,7 @@ async function main(): Promise<void> {
     }
   }
   const failed = results.filter((r) => !r.ok);
+  const total = (f: (r: RoundResult) => number) => results.reduce((n, r) => n + f(r), 0);
   const summary = {
     minutes: options.minutes,
     fuzzCasesMultiplier: options.cases,
@@ -141,6 +189,18 @@ async function main(): Promise<void> {
     campaignsRun: results.length,
     campaignsFailed: failed.length,
     failingSeeds: failed.map((r) => ({ campaign: r.campaign, seeds: r.seeds })),
+    chain: {
+      calls: total((r) => r.chain.calls),
+      faultsInjected: total((r) => r.chain.faults),
+      routerRetransmits: total((r) => r.chain.routerRetransmits),
+      clientResends: total((r) => r.chain.clientResends),
+      clientReconnects: total((r) => r.chain.clientReconnects),
+      // Every faults campaign asserts lost calls = 0 and registrations back at baseline; a failing run is
+      // counted here as lost/leaked, and its seed printed above.
+      failedChainRuns: failed.filter((r) => r.campaign.startsWith('faults')).length,
+      lostCalls: failed.some((r) => r.campaign.startsWith('faults')) ? 'see failing seeds' : 0,
+      leakedRegistrations: failed.some((r) => r.campaign.startsWith('faults')) ? 'see failing seeds' : 0,
+    },
     maxRssMiB: Math.round(Math.max(0, ...results.map((r) => r.maxRssKiB)) / 1024),
   };
   process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);

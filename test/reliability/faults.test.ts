@@ -1,0 +1,209 @@
+/**
+ * Faults injected into the whole chain under load, in one process (frontend → router → pool on the soft
+ * provider → embedded responder → test program), from outside the code under test: RDMA connections
+ * closed at chosen moments, TCP clients dropped with calls in flight, a client that never reads its
+ * replies. After each: every call completed with the right bytes (the test-program client verifies
+ * ECHO/SINK/SOURCE content) or was resent by its client after its TCP connection closed — as an NFS client
+ * does — and then completed; the leak gauges are back at their baseline. Seeds are logged; replay one
+ * with FAULT_SEED=N.
+ */
+import type { Socket } from 'node:net';
+import test, { type ExecutionContext } from 'ava';
+import { callMix, newTotals, prng, ResilientClient, runMix, sleep } from '../../bench/soak/chain-load.js';
+import type { Gateway } from '../../gateway/gateway.js';
+import { encodeSourceArgs } from '../../gateway/test-program/codec.js';
+import { TEST_PROGRAM, TEST_VERSION, TestProc } from '../../gateway/test-program/index.js';
+import type { RpcRdmaConnection } from '../../rdma-backend/transport/index.js';
+import { connectRaw, framedCall, waitFor } from '../gateway/helpers.js';
+import { BASELINE, gauges, startTestGateway, sumCounters } from '../integration/helpers.js';
+
+function seedFor(t: ExecutionContext): number {
+  const seed = process.env.FAULT_SEED
+    ? Number(process.env.FAULT_SEED)
+    : (Math.random() * 0x1_0000_0000) >>> 0;
+  t.log(`seed ${seed} (replay with FAULT_SEED=${seed})`);
+  return seed;
+}
+
+/** Polls on every turn of the event loop (not a 5 ms timer): the fault lands as close to the event as JS can. */
+async function when(cond: () => boolean, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) return false;
+    await new Promise((r) => setImmediate(r));
+  }
+  return true;
+}
+
+function pick<T>(rand: () => number, items: readonly T[]): T | undefined {
+  return items.length === 0 ? undefined : items[Math.floor(rand() * items.length)];
+}
+
+function clientsFor(g: Gateway, n: number, totals = newTotals()) {
+  const port = g.addresses[0].port;
+  return {
+    totals,
+    clients: Array.from({ length: n }, () => new ResilientClient('127.0.0.1', () => port, totals)),
+  };
+}
+
+test('RDMA connections killed between Send and Reply, in Read and Write chunk transfers and during reconnect lose no call', async (t) => {
+  const seed = seedFor(t);
+  const rand = prng(seed);
+  const g = await startTestGateway({ poolSize: 2, backoffMs: 20 });
+  const { totals, clients } = clientsFor(g, 24);
+  t.teardown(async () => {
+    for (const c of clients) c.close();
+    await g.stop(0);
+  });
+  const mix = callMix(rand, 360, 80 * 1024 * 1024, 0.25);
+  const work = runMix(clients, mix, 3).then(() => 'done');
+  const injected = { betweenSendAndReply: 0, duringReadChunk: 0, duringWriteChunk: 0, duringReconnect: 0 };
+  const responderConns = () => g.embedded?.responder.rdmaConnections() ?? [];
+  let done = false;
+  void work.then(() => {
+    done = true;
+  });
+  for (let round = 0; round < 12 && !done; round++) {
+    await sleep(30 + rand() * 150);
+    const phase = round % 4;
+    if (phase === 0) {
+      // A call is out on the wire and its reply not back: close the gateway's end.
+      if (await when(() => g.router.stats.inFlight > 0 || done, 3000)) {
+        const c = pick(rand, g.pool.connections());
+        if (c && !done) {
+          c.close('fault: between Send and Reply');
+          injected.betweenSendAndReply++;
+        }
+      }
+    } else if (phase === 1 || phase === 2) {
+      // The responder has just issued an RDMA Read (pulling a SINK's Read chunk) or an RDMA Write (filling a
+      // SOURCE's Write chunk); chunks here are 64 KiB..1 MiB, so the transfer is still moving: close the
+      // responder's end (the peer dropping the connection).
+      const counter = phase === 1 ? 'rdmaReads' : 'rdmaWrites';
+      const before = sumCounters(g, 'responder', counter);
+      if (await when(() => sumCounters(g, 'responder', counter) > before || done, 3000)) {
+        const c = pick(rand, responderConns());
+        if (c && !done) {
+          c.close(`fault: during ${counter}`);
+          if (phase === 1) injected.duringReadChunk++;
+          else injected.duringWriteChunk++;
+        }
+      }
+    } else {
+      // Close one, then close its replacement as soon as the responder accepts it (mid-negotiation).
+      const seen = new Set<RpcRdmaConnection>(responderConns());
+      const c = pick(rand, g.pool.connections());
+      if (c && !done) {
+        c.close('fault: before reconnect');
+        if (await when(() => responderConns().some((x) => !seen.has(x)) || done, 3000)) {
+          const fresh = responderConns().find((x) => !seen.has(x));
+          if (fresh && !done) {
+            fresh.close('fault: during reconnect');
+            injected.duringReconnect++;
+          }
+        }
+      }
+    }
+  }
+  t.is(await work, 'done');
+  t.log(
+    `${totals.calls} calls (${(totals.bytes / 2 ** 20).toFixed(1)} MiB), faults ${JSON.stringify(injected)}, ` +
+      `router retransmits ${g.router.stats.retransmits}, client resends ${totals.resent}, reconnects ${g.pool
+        .snapshot()
+        .slots.map((s) => s.reconnects)}`,
+  );
+  t.deepEqual(totals.errors, []);
+  t.is(totals.lost, 0);
+  t.is(totals.completed, mix.length);
+  t.true(injected.betweenSendAndReply > 0, 'faults between Send and Reply');
+  t.true(injected.duringReadChunk + injected.duringWriteChunk > 0, 'faults during chunk transfers');
+  t.true(injected.duringReconnect > 0, 'faults during reconnect');
+  t.true(g.router.stats.retransmits > 0, 'the router retransmitted');
+  t.is(g.router.stats.holdExpired, 0, 'the hold time (30 s) was never reached: no client was dropped');
+  await waitFor(
+    () => g.router.stats.inFlight === 0 && g.pool.snapshot().ready === 2,
+    'idle and reconnected',
+    10_000,
+  );
+  t.deepEqual(gauges(g), BASELINE);
+});
+
+test('TCP clients dropped at random moments with calls in flight: their resends and everyone else complete', async (t) => {
+  const seed = seedFor(t);
+  const rand = prng(seed);
+  const g = await startTestGateway({ poolSize: 2 });
+  const { totals, clients } = clientsFor(g, 30);
+  t.teardown(async () => {
+    for (const c of clients) c.close();
+    await g.stop(0);
+  });
+  const mix = callMix(rand, 300, 48 * 1024 * 1024, 0.2);
+  let done = false;
+  const work = runMix(clients, mix, 3).then(() => {
+    done = true;
+  });
+  let drops = 0;
+  for (let i = 0; i < 20 && !done; i++) {
+    await sleep(10 + rand() * 80);
+    if (g.router.stats.inFlight > 0) {
+      pick(rand, clients)?.drop();
+      drops++;
+    }
+  }
+  await work;
+  const s = g.router.snapshot();
+  t.log(
+    `${totals.calls} calls, ${drops} clients dropped, ${totals.resent} resends, ${totals.reconnects} reconnects; ` +
+      `orphaned replies consumed ${s.orphanedReplies}, queued calls dropped ${s.droppedQueued}`,
+  );
+  t.deepEqual(totals.errors, []);
+  t.is(totals.completed, mix.length);
+  t.true(drops > 0 && totals.reconnects > 0);
+  await waitFor(() => g.router.stats.inFlight === 0 && g.router.stats.queued === 0, 'orphans consumed');
+  t.deepEqual(gauges(g), BASELINE);
+});
+
+test('a client that never reads its replies stalls only itself, and leaks nothing once gone', async (t) => {
+  const seed = seedFor(t);
+  const rand = prng(seed);
+  const g = await startTestGateway({ poolSize: 1 });
+  const { totals, clients } = clientsFor(g, 10);
+  let stalled: Socket | undefined;
+  t.teardown(async () => {
+    stalled?.destroy();
+    for (const c of clients) c.close();
+    await g.stop(0);
+  });
+  stalled = await connectRaw(g.addresses[0].port);
+  stalled.pause(); // never reads: the gateway's writes to it back up in the kernel, then in the frontend
+  for (let xid = 1; xid <= 24; xid++) {
+    stalled.write(
+      framedCall(xid, TEST_PROGRAM, TEST_VERSION, TestProc.SOURCE, encodeSourceArgs(1024 * 1024, xid)),
+    );
+  }
+  await waitFor(
+    () => g.frontend.stats.writeBlocks > 0,
+    'the stalled client blocks the gateway writes',
+    20_000,
+  );
+  const started = Date.now();
+  await runMix(clients, callMix(rand, 200, 16 * 1024 * 1024, 0.1), 2);
+  const ms = Date.now() - started;
+  t.log(`200 calls by 10 other clients in ${ms} ms while one client stalled with 24 MiB owed`);
+  t.deepEqual(totals.errors, []);
+  t.is(totals.completed, 200);
+  t.is(totals.resent, 0, 'nobody else was disconnected');
+  t.is(
+    g.frontend.stats.connectionsOpen,
+    11,
+    'the stalled client is still connected (its replies wait to be read)',
+  );
+  stalled.destroy();
+  await waitFor(
+    () => g.frontend.stats.connectionsOpen === 10 && g.router.stats.inFlight === 0,
+    'stalled client gone',
+    10_000,
+  );
+  t.deepEqual(gauges(g), BASELINE);
+});
