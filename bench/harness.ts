@@ -29,6 +29,8 @@ export interface BenchContext {
   /** Seconds a single measurement should last (shorter with --quick). */
   seconds: number;
   log(msg: string): void;
+  /** `--profile`: where the end-to-end suites write V8 CPU profiles of the gateway and the responder. */
+  profileDir?: string;
 }
 
 export interface Suite {

@@ -1,8 +1,13 @@
 /**
- * `npm run bench [-- --quick] [-- --only NAME]`: runs every suite in a fixed order, prints a readable
- * table on stderr and the JSON on stdout, and writes bench/results/<timestamp>.json.
+ * `npm run bench [-- --quick] [-- --only NAME[,NAME]] [-- --profile]`: runs every suite in a fixed order
+ * (the micro-benchmarks, then the end-to-end scenarios, then NFS: docs/performance.md), prints a readable
+ * table on stderr and the JSON on stdout, and writes bench/results/<timestamp>.json. `--profile` runs the
+ * gateway and responder processes under `node --cpu-prof` (profiles in bench/results/profiles/<timestamp>/;
+ * `node dist/bench/profile-summary.js DIR` lists where the time goes).
  */
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus, release, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type BenchContext, type BenchRow, type Suite, table } from './harness.js';
@@ -13,10 +18,15 @@ async function main(): Promise<void> {
   const quick = args.includes('--quick');
   const onlyAt = args.indexOf('--only');
   const only = onlyAt >= 0 ? args[onlyAt + 1]?.split(',') : undefined;
+  const started = new Date();
+  const here = dirname(fileURLToPath(import.meta.url));
+  const dir = join(here, '..', '..', 'bench', 'results');
+  const stamp = started.toISOString().replace(/[:.]/g, '-');
   const ctx: BenchContext = {
     quick,
     seconds: quick ? 0.2 : 2,
     log: (msg) => process.stderr.write(`${msg}\n`),
+    profileDir: args.includes('--profile') ? join(dir, 'profiles', stamp) : undefined,
   };
   const selected: Suite[] = only ? suites.filter((s) => only.includes(s.name)) : suites;
   if (only && selected.length === 0) {
@@ -28,19 +38,40 @@ async function main(): Promise<void> {
     rows.push(...(await suite.run(ctx)));
   }
   const result = {
-    date: new Date().toISOString(),
+    date: started.toISOString(),
+    seconds: (Date.now() - started.getTime()) / 1000,
     node: process.version,
     platform: `${process.platform}-${process.arch}`,
     quick,
+    machine: machine(),
+    argv: args,
     rows,
   };
-  const here = dirname(fileURLToPath(import.meta.url));
-  const dir = join(here, '..', '..', 'bench', 'results');
   mkdirSync(dir, { recursive: true });
-  const file = join(dir, `${result.date.replace(/[:.]/g, '-')}.json`);
+  const file = join(dir, `${stamp}.json`);
   writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
   process.stderr.write(`\n${table(rows)}\n\nwritten to ${file}\n`);
   process.stdout.write(`${JSON.stringify(result)}\n`);
+}
+
+/** The machine, recorded with the figures (absolute numbers mean nothing without it). */
+function machine(): Record<string, unknown> {
+  const version = (cmd: string, args: string[], pattern: RegExp) => {
+    try {
+      const out = execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+      return pattern.exec(out)?.[1];
+    } catch {
+      return undefined;
+    }
+  };
+  return {
+    cpu: cpus()[0]?.model,
+    cores: cpus().length,
+    memoryGiB: Math.round(totalmem() / 2 ** 30),
+    kernel: release(),
+    haproxy: version('haproxy', ['-v'], /version (\S+)/),
+    socat: version('socat', ['-V'], /socat version (\S+)/),
+  };
 }
 
 main().catch((err) => {

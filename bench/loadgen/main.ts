@@ -1,0 +1,209 @@
+/**
+ * The load generator: a separate process speaking ONC RPC over TCP (RFC 5531 §11) to any endpoint that
+ * serves the built-in test program — the program itself, a proxy chain in front of it, or the gateway.
+ *
+ *   node dist/bench/loadgen/main.js --spec '<LoadSpec JSON>'
+ *
+ * Keeps `connections × depth` calls outstanding for `warmupSeconds + seconds`, records the latency of every
+ * call completed in the measured window in an HdrHistogram (1 µs .. 60 s, 3 significant digits), and prints
+ * one `LoadResult` as JSON on stdout. Replies are checked cheaply (status, result length, SINK's count):
+ * the byte-for-byte checks of `TestProgramClient` would make the generator, not the chain, the bottleneck
+ * on a 2-core machine; the integration tests verify content.
+ */
+import { performance } from 'node:perf_hooks';
+import { createInterface } from 'node:readline';
+import hdr from 'hdr-histogram-js';
+import { encodeOpaqueParts, encodeSourceArgs, opaqueSize } from '../../gateway/test-program/codec.js';
+import { TEST_PROGRAM, TEST_VERSION, TestProc } from '../../gateway/test-program/constants.js';
+import { parseHostPort } from '../../tcp-frontend/address.js';
+import { RpcClient, type RpcReply } from '../../tcp-frontend/client.js';
+import { type LoadResult, type LoadSpec, type OpSpec, payloadBytes, schedule } from './spec.js';
+
+interface PreparedOp {
+  proc: number;
+  args: Buffer[];
+  /** Expected length of the results (bytes after the accepted-reply header). */
+  resultLength: number;
+  size: number;
+  op: OpSpec['op'];
+  bytes: number;
+}
+
+function prepare(op: OpSpec): PreparedOp {
+  const data = Buffer.alloc(op.size, 0x5a);
+  switch (op.op) {
+    case 'null':
+      return { proc: TestProc.NULL, args: [], resultLength: 0, size: 0, op: op.op, bytes: 0 };
+    case 'echo':
+      return {
+        proc: TestProc.ECHO,
+        args: encodeOpaqueParts(data),
+        resultLength: opaqueSize(op.size),
+        size: op.size,
+        op: op.op,
+        bytes: payloadBytes(op),
+      };
+    case 'sink':
+      return {
+        proc: TestProc.SINK,
+        args: encodeOpaqueParts(data),
+        resultLength: 4,
+        size: op.size,
+        op: op.op,
+        bytes: payloadBytes(op),
+      };
+    case 'source':
+      return {
+        proc: TestProc.SOURCE,
+        args: [encodeSourceArgs(op.size, 11)],
+        resultLength: opaqueSize(op.size),
+        size: op.size,
+        op: op.op,
+        bytes: payloadBytes(op),
+      };
+  }
+}
+
+function replyProblem(reply: RpcReply, op: PreparedOp): string | undefined {
+  if (reply.replyStat !== 0 || reply.acceptStat !== 0) {
+    return `${op.op}: reply_stat ${reply.replyStat} accept_stat ${reply.acceptStat}`;
+  }
+  if (reply.body.length !== op.resultLength) {
+    return `${op.op}: ${reply.body.length} bytes of results, ${op.resultLength} expected`;
+  }
+  if (op.op === 'sink' && reply.body.readUInt32BE(0) !== op.size) return 'sink: wrong count';
+  return undefined;
+}
+
+class Run {
+  readonly histogram = hdr.build({
+    lowestDiscernibleValue: 1,
+    highestTrackableValue: 60_000_000,
+    numberOfSignificantValueDigits: 3,
+  });
+  measuring = false;
+  stopped = false;
+  ops = 0;
+  bytes = 0;
+  errors = 0;
+  firstError: string | undefined;
+  private next = 0;
+
+  constructor(private readonly plan: PreparedOp[]) {}
+
+  async loop(client: RpcClient): Promise<void> {
+    const plan = this.plan;
+    while (!this.stopped && !client.closed) {
+      const op = plan[this.next++ % plan.length];
+      const started = performance.now();
+      let problem: string | undefined;
+      try {
+        problem = replyProblem(await client.call(TEST_PROGRAM, TEST_VERSION, op.proc, op.args), op);
+      } catch (err) {
+        problem = err instanceof Error ? err.message : String(err);
+      }
+      if (!this.measuring || this.stopped) continue;
+      if (problem !== undefined) {
+        this.errors++;
+        this.firstError ??= problem;
+        continue;
+      }
+      this.ops++;
+      this.bytes += op.bytes;
+      this.histogram.recordValue(Math.max(1, Math.round((performance.now() - started) * 1000)));
+    }
+  }
+}
+
+async function connectAll(spec: LoadSpec, count: number, depth: number): Promise<RpcClient[]> {
+  const { host, port } = parseHostPort(spec.target);
+  const clients: RpcClient[] = [];
+  // In batches, so that 1,000 connections do not all hit one accept backlog at once.
+  for (let i = 0; i < count; i += 100) {
+    const batch = Math.min(100, count - i);
+    const opened = await Promise.all(
+      Array.from({ length: batch }, () =>
+        RpcClient.connect({ host, port, maxInFlight: depth, maxRecordSize: 8 << 20 }),
+      ),
+    );
+    clients.push(...opened);
+  }
+  return clients;
+}
+
+const stdinLines = createInterface({ input: process.stdin });
+
+/** Tells the runner where we are (`idle-start`, `idle-ready`) and waits until it has sampled memory. */
+async function handshake(phase: string): Promise<void> {
+  process.stderr.write(`${phase}\n`);
+  await new Promise<void>((resolve) => stdinLines.once('line', () => resolve()));
+}
+
+async function main(): Promise<void> {
+  const at = process.argv.indexOf('--spec');
+  if (at < 0 || !process.argv[at + 1]) throw new Error("usage: loadgen --spec '<LoadSpec JSON>'");
+  const spec = JSON.parse(process.argv[at + 1]) as LoadSpec;
+  const prepared = spec.ops.map(prepare);
+  const run = new Run(
+    schedule(
+      prepared,
+      spec.ops.map((o) => o.weight),
+    ),
+  );
+
+  let idle: RpcClient[] = [];
+  if (spec.idle > 0) {
+    await handshake('idle-start');
+    idle = await connectAll(spec, spec.idle, 1);
+    // One call each, so that every idle client has been through the whole chain once.
+    await Promise.all(idle.map((c) => c.call(TEST_PROGRAM, TEST_VERSION, TestProc.NULL)));
+    await handshake('idle-ready');
+  }
+  stdinLines.close();
+  const clients = await connectAll(spec, spec.connections, spec.depth);
+  const loops: Promise<void>[] = [];
+  for (const c of clients) for (let d = 0; d < spec.depth; d++) loops.push(run.loop(c));
+
+  await new Promise((r) => setTimeout(r, spec.warmupSeconds * 1000));
+  const cpu0 = process.cpuUsage();
+  const t0 = performance.now();
+  run.measuring = true;
+  await new Promise((r) => setTimeout(r, spec.seconds * 1000));
+  run.stopped = true;
+  const elapsed = (performance.now() - t0) / 1000;
+  const cpu = process.cpuUsage(cpu0);
+  for (const c of [...clients, ...idle]) c.destroy();
+  await Promise.allSettled(loops);
+
+  const h = run.histogram;
+  const result: LoadResult = {
+    spec,
+    ops: run.ops,
+    errors: run.errors,
+    firstError: run.firstError,
+    elapsedSeconds: elapsed,
+    opsPerSec: run.ops / elapsed,
+    bytesPerSec: run.bytes / elapsed,
+    latencyUs: {
+      p50: h.getValueAtPercentile(50),
+      p90: h.getValueAtPercentile(90),
+      p99: h.getValueAtPercentile(99),
+      p999: h.getValueAtPercentile(99.9),
+      max: h.maxValue,
+      mean: h.mean,
+    },
+    histogram: hdr.encodeIntoCompressedBase64(h),
+    clientCpuSeconds: (cpu.user + cpu.system) / 1e6,
+  };
+  process.stdout.write(`${JSON.stringify(result)}\n`);
+}
+
+main().then(
+  () => process.exit(0),
+  (err) => {
+    process.stderr.write(
+      `loadgen failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
+    );
+    process.exit(1);
+  },
+);

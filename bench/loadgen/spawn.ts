@@ -1,0 +1,49 @@
+/**
+ * Runs the load generator as its own process and returns its result. With idle clients, `onPhase` runs at
+ * `idle-start` (before they open) and at `idle-ready` (once they are all open) — the runner samples the
+ * server's memory then — and the generator continues when it resolves.
+ */
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import type { LoadResult, LoadSpec } from './spec.js';
+
+const MAIN = fileURLToPath(new URL('./main.js', import.meta.url));
+
+export function runLoadgen(
+  spec: LoadSpec,
+  onPhase?: (phase: 'idle-start' | 'idle-ready') => Promise<void> | void,
+): Promise<LoadResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [MAIN, '--spec', JSON.stringify(spec)], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    const limit = spec.warmupSeconds + spec.seconds + 120;
+    const timer = setTimeout(() => child.kill('SIGKILL'), limit * 1000);
+    child.stdout.setEncoding('utf8').on('data', (d: string) => {
+      stdout += d;
+    });
+    const seen = new Set<string>();
+    child.stderr.setEncoding('utf8').on('data', (d: string) => {
+      stderr += d;
+      for (const phase of ['idle-start', 'idle-ready'] as const) {
+        if (seen.has(phase) || !stderr.includes(`${phase}\n`)) continue;
+        seen.add(phase);
+        const go = () => child.stdin.write('go\n');
+        Promise.resolve(onPhase?.(phase)).then(go, go);
+      }
+    });
+    child.once('error', reject);
+    child.once('close', (code) => {
+      clearTimeout(timer);
+      if (code !== 0)
+        return reject(new Error(`load generator exited ${code}: ${stderr.trim().slice(-2000)}`));
+      try {
+        resolve(JSON.parse(stdout) as LoadResult);
+      } catch {
+        reject(new Error(`load generator printed no result: ${stdout.slice(0, 200)} ${stderr.slice(-500)}`));
+      }
+    });
+  });
+}

@@ -1,0 +1,292 @@
+/**
+ * The chains the scenario benchmarks compare, each a set of real processes in front of one upstream:
+ *
+ *   direct           load generator → upstream (the ceiling)
+ *   haproxy ×2   load generator → haproxy (mode tcp) → haproxy → upstream (two hops, like the gateway)
+ *   socat ×2     load generator → socat -b 1048576 → socat -b 1048576 → upstream
+ *   gateway      load generator → gateway (TCP frontend → soft iWARP) → responder process → upstream
+ *
+ * Processes are started with the interop harness's ManagedProcess (own process group, log file, SIGKILL
+ * safety net at exit); readiness is a NULL call answered through the whole chain.
+ */
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { freePorts, isListening } from '../../test/interop/harness/ports.js';
+import { forgetDir, ManagedProcess } from '../../test/interop/harness/processes.js';
+import { answersNull } from '../../test/interop/harness/rpc-ping.js';
+import type { Watched } from './resources.js';
+
+const CLI = fileURLToPath(new URL('../../gateway/cli.js', import.meta.url));
+
+export interface Endpoint {
+  host: string;
+  port: number;
+}
+
+/** How to recognise a ready chain: the RPC program and version answering NULL through it. */
+export interface Probe {
+  program: number;
+  version: number;
+}
+
+export interface Chain {
+  /** Short id used in row names: `direct`, `haproxy`, `socat`, `gw-v2-p4`, ... */
+  id: string;
+  /** Human description for tables and the chart. */
+  label: string;
+  kind: 'direct' | 'baseline' | 'gateway';
+  endpoint: Endpoint;
+  watched: Watched[];
+  stop(): Promise<void>;
+}
+
+export interface GatewayOptions {
+  protocolVersion: 1 | 2;
+  poolSize: number;
+  /** Write V8 CPU profiles of the gateway and the responder here (`node --cpu-prof`). */
+  profileDir?: string;
+}
+
+/** A temp directory and the processes started in it; `close()` stops them all. */
+export class BenchWorld {
+  private readonly processes: ManagedProcess[] = [];
+  private names = 0;
+
+  constructor(readonly dir: string) {
+    mkdirSync(dir, { recursive: true });
+  }
+
+  async start(
+    name: string,
+    command: string,
+    args: string[],
+    ready: () => Promise<boolean>,
+    timeoutMs = 20_000,
+  ): Promise<ManagedProcess> {
+    const logPath = join(this.dir, `${name}.${++this.names}.log`);
+    const proc = await ManagedProcess.start({ name, command, args, logPath, stopGraceMs: 8000 });
+    this.processes.push(proc);
+    const deadline = Date.now() + timeoutMs;
+    while (proc.running) {
+      if (await ready()) return proc;
+      if (Date.now() > deadline)
+        throw new Error(`${name} not ready after ${timeoutMs} ms\n${proc.logTails(15)}`);
+      await sleep(50);
+    }
+    throw new Error(`${name} exited before it was ready\n${proc.logTails(15)}`);
+  }
+
+  async stopAll(procs: readonly ManagedProcess[]): Promise<void> {
+    await Promise.all(procs.map((p) => p.stop()));
+    for (const p of procs) this.processes.splice(this.processes.indexOf(p), 1);
+  }
+
+  async close(): Promise<void> {
+    await this.stopAll([...this.processes]);
+    if (process.env.BENCH_KEEP_TEMP !== '1') {
+      rmSync(this.dir, { recursive: true, force: true });
+      forgetDir(this.dir);
+    }
+  }
+}
+
+function nodeArgs(profileDir: string | undefined, role: string): string[] {
+  if (!profileDir) return [];
+  mkdirSync(profileDir, { recursive: true });
+  return ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `${role}-${Date.now()}.cpuprofile`];
+}
+
+/** The built-in test program as its own process (the upstream of every chain in the RPC scenarios). */
+export async function startTestProgram(world: BenchWorld, probe: Probe): Promise<Chain> {
+  const [port] = await freePorts(1);
+  const proc = await world.start(
+    'test-program',
+    process.execPath,
+    [
+      CLI,
+      'serve-test-program',
+      '--listen',
+      `127.0.0.1:${port}`,
+      '--frontend-max-connections',
+      '4096',
+      '--log-level',
+      'warn',
+      '--log-format',
+      'json',
+    ],
+    () => answersNull('127.0.0.1', port, probe.program, probe.version),
+  );
+  return {
+    id: 'direct',
+    label: 'direct (load generator → test program)',
+    kind: 'direct',
+    endpoint: { host: '127.0.0.1', port },
+    watched: [{ role: 'server', pid: proc.pid, group: false }],
+    stop: async () => {}, // the upstream outlives the chains in front of it
+  };
+}
+
+export function directChain(upstream: Endpoint, server: Watched[] = [], label = 'direct'): Chain {
+  return { id: 'direct', label, kind: 'direct', endpoint: upstream, watched: server, stop: async () => {} };
+}
+
+/** haproxy 2.x `mode tcp`, one thread (each hop of the gateway chain is one Node.js thread too). */
+export function haproxyConfig(listenPort: number, upstream: Endpoint): string {
+  return `# generated by bench/scenarios/chains.ts
+global
+  maxconn 8192
+  nbthread 1
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 1h
+  timeout server 1h
+frontend hop
+  bind 127.0.0.1:${listenPort}
+  default_backend next
+backend next
+  server upstream ${upstream.host}:${upstream.port}
+`;
+}
+
+export async function haproxyChain(world: BenchWorld, upstream: Endpoint, probe: Probe): Promise<Chain> {
+  const [p1, p2] = await freePorts(2);
+  const procs: ManagedProcess[] = [];
+  for (const [listen, next, name] of [
+    [p2, upstream, 'haproxy2'],
+    [p1, { host: '127.0.0.1', port: p2 }, 'haproxy1'],
+  ] as const) {
+    const cfg = join(world.dir, `${name}-${listen}.cfg`);
+    writeFileSync(cfg, haproxyConfig(listen, next));
+    procs.push(
+      await world.start(name, 'haproxy', ['-db', '-f', cfg], () =>
+        answersNull('127.0.0.1', listen, probe.program, probe.version),
+      ),
+    );
+  }
+  return {
+    id: 'haproxy',
+    label: 'haproxy ×2 (mode tcp, 1 thread each)',
+    kind: 'baseline',
+    endpoint: { host: '127.0.0.1', port: p1 },
+    watched: [
+      { role: 'hop1', pid: procs[1].pid, group: false },
+      { role: 'hop2', pid: procs[0].pid, group: false },
+    ],
+    stop: () => world.stopAll(procs),
+  };
+}
+
+export async function socatChain(world: BenchWorld, upstream: Endpoint, probe: Probe): Promise<Chain> {
+  const [p1, p2] = await freePorts(2);
+  const procs: ManagedProcess[] = [];
+  for (const [listen, next, name] of [
+    [p2, upstream, 'socat2'],
+    [p1, { host: '127.0.0.1', port: p2 }, 'socat1'],
+  ] as const) {
+    procs.push(
+      await world.start(
+        name,
+        'socat',
+        [
+          '-b',
+          '1048576',
+          `TCP-LISTEN:${listen},bind=127.0.0.1,reuseaddr,fork,nodelay,backlog=1024`,
+          `TCP:${next.host}:${next.port},nodelay`,
+        ],
+        () => answersNull('127.0.0.1', listen, probe.program, probe.version),
+      ),
+    );
+  }
+  return {
+    id: 'socat',
+    label: 'socat -b 1048576 ×2',
+    kind: 'baseline',
+    endpoint: { host: '127.0.0.1', port: p1 },
+    // socat forks a child per connection: count the whole process group.
+    watched: [
+      { role: 'hop1', pid: procs[1].pid, group: true },
+      { role: 'hop2', pid: procs[0].pid, group: true },
+    ],
+    stop: () => world.stopAll(procs),
+  };
+}
+
+export function gatewayId(o: GatewayOptions): string {
+  return `gw-v${o.protocolVersion}-p${o.poolSize}`;
+}
+
+/** The product: gateway process → soft iWARP → responder process → `upstream`. */
+export async function gatewayChain(
+  world: BenchWorld,
+  upstream: Endpoint,
+  probe: Probe,
+  o: GatewayOptions,
+): Promise<Chain> {
+  const [responderPort, frontendPort] = await freePorts(2);
+  const common = [
+    '--rdma-provider',
+    'soft',
+    '--log-level',
+    'warn',
+    '--log-format',
+    'json',
+    '--shutdown-drain-timeout-ms',
+    '1000',
+  ];
+  const responder = await world.start(
+    'responder',
+    process.execPath,
+    [
+      ...nodeArgs(o.profileDir, `responder-${gatewayId(o)}`),
+      CLI,
+      'responder',
+      '--upstream',
+      `${upstream.host}:${upstream.port}`,
+      '--responder-listen',
+      `127.0.0.1:${responderPort}`,
+      ...common,
+    ],
+    () => isListening(responderPort),
+  );
+  const gateway = await world.start(
+    'gateway',
+    process.execPath,
+    [
+      ...nodeArgs(o.profileDir, `gateway-${gatewayId(o)}`),
+      CLI,
+      'start',
+      '--rdma-peer',
+      `127.0.0.1:${responderPort}`,
+      '--listen',
+      `127.0.0.1:${frontendPort}`,
+      '--rdma-protocol-version',
+      String(o.protocolVersion),
+      '--rdma-pool-size',
+      String(o.poolSize),
+      '--frontend-max-connections',
+      '4096',
+      '--admin-listen',
+      'off',
+      ...common,
+    ],
+    () => answersNull('127.0.0.1', frontendPort, probe.program, probe.version),
+  );
+  return {
+    id: gatewayId(o),
+    label: `gateway V${o.protocolVersion} pool ${o.poolSize} → soft iWARP → responder`,
+    kind: 'gateway',
+    endpoint: { host: '127.0.0.1', port: frontendPort },
+    watched: [
+      { role: 'gateway', pid: gateway.pid, group: false },
+      { role: 'responder', pid: responder.pid, group: false },
+    ],
+    // The gateway first, so that it does not see its RDMA peer vanish and reconnect while stopping.
+    stop: async () => {
+      await world.stopAll([gateway]);
+      await world.stopAll([responder]);
+    },
+  };
+}

@@ -1,0 +1,366 @@
+/**
+ * End-to-end scenarios: the load generator (its own process) against one test-program server, directly
+ * and through each chain in `chains.ts`, in one run, so every figure has its baselines beside it.
+ *
+ * Order (fixed): chains direct, haproxy ×2, socat ×2, then the gateway with Version 2 pool 1, Version 2
+ * pool 4, Version 1 pool 1, Version 1 pool 4; on each chain the workloads below in the order listed, then
+ * the idle-clients pair. Rows compare each chain with the haproxy chain (the haproxy chain with direct).
+ * BENCH_CHAINS and BENCH_WORKLOADS (comma-separated ids; `busy` is the idle pair) select a subset.
+ */
+import { TEST_PROGRAM, TEST_VERSION } from '../../gateway/test-program/constants.js';
+import { type BenchContext, type BenchRow, row, type Suite, type Target } from '../harness.js';
+import { runLoadgen } from '../loadgen/spawn.js';
+import { describeOps, type LoadResult, type LoadSpec, type OpSpec } from '../loadgen/spec.js';
+import { Progress } from '../progress.js';
+import {
+  BenchWorld,
+  type Chain,
+  type GatewayOptions,
+  gatewayChain,
+  gatewayId,
+  haproxyChain,
+  socatChain,
+  startTestProgram,
+} from '../scenarios/chains.js';
+import { type ResourceFigures, ResourceSampler, sample } from '../scenarios/resources.js';
+import { benchTempDir } from '../scenarios/temp.js';
+
+const KiB = 1024;
+const MiB = 1024 * 1024;
+const PROBE = { program: TEST_PROGRAM, version: TEST_VERSION };
+
+export interface Workload {
+  id: string;
+  ops: OpSpec[];
+  connections: number;
+  depth: number;
+  /** Throughput unit of the row: operations per second, or payload GB/s for the bulk workloads. */
+  unit: 'ops/s' | 'GB/s';
+}
+
+const one = (op: OpSpec['op'], size = 0): OpSpec[] => [{ op, size, weight: 1 }];
+
+export const WORKLOADS: readonly Workload[] = [
+  { id: 'null-c1', ops: one('null'), connections: 1, depth: 1, unit: 'ops/s' },
+  { id: 'null-c64', ops: one('null'), connections: 4, depth: 16, unit: 'ops/s' },
+  { id: 'echo4k-c64', ops: one('echo', 4 * KiB), connections: 4, depth: 16, unit: 'ops/s' },
+  { id: 'sink1m-c8', ops: one('sink', MiB), connections: 2, depth: 4, unit: 'GB/s' },
+  { id: 'source1m-c8', ops: one('source', MiB), connections: 2, depth: 4, unit: 'GB/s' },
+  {
+    // 70 % small (4 KiB ECHO, inline or a Long message) and 30 % large (1 MiB SINK and SOURCE: DDP chunks).
+    id: 'mixed-70-30-c16',
+    ops: [
+      { op: 'echo', size: 4 * KiB, weight: 14 },
+      { op: 'sink', size: MiB, weight: 3 },
+      { op: 'source', size: MiB, weight: 3 },
+    ],
+    connections: 4,
+    depth: 4,
+    unit: 'ops/s',
+  },
+];
+
+/** 64 busy clients (one NULL outstanding each), measured without and then with this many idle clients. */
+export const BUSY_CLIENTS = 64;
+export const IDLE_CLIENTS = 1000;
+
+const GATEWAYS: GatewayOptions[] = [
+  { protocolVersion: 2, poolSize: 1 },
+  { protocolVersion: 2, poolSize: 4 },
+  { protocolVersion: 1, poolSize: 1 },
+  { protocolVersion: 1, poolSize: 4 },
+];
+
+export interface Measured {
+  result?: LoadResult;
+  resources?: Record<string, ResourceFigures>;
+  error?: string;
+  /** Idle runs: RSS (KiB) per role just before the idle clients opened and once they were all open. */
+  idleRss?: { before: Record<string, number>; after: Record<string, number> };
+}
+
+export interface Plan {
+  chainIds: string[];
+  workloadIds: string[];
+  /** Whether the busy / busy + idle pair runs. */
+  idleRun: boolean;
+  seconds: number;
+  warmup: number;
+  idle: number;
+}
+
+/** `BENCH_CHAINS=gw-v2-p4,haproxy` / `BENCH_WORKLOADS=null-c64,busy`: run a subset (profiling, quick checks). */
+function envList(name: string): string[] | undefined {
+  const v = process.env[name];
+  return v ? v.split(',').map((x) => x.trim()) : undefined;
+}
+
+function planFor(ctx: BenchContext): Plan {
+  const gateways = ctx.quick
+    ? GATEWAYS.filter((g) => g.poolSize === (g.protocolVersion === 2 ? 4 : 1))
+    : GATEWAYS;
+  const chains = envList('BENCH_CHAINS');
+  const workloads = envList('BENCH_WORKLOADS');
+  return {
+    chainIds: ['direct', 'haproxy', ctx.quick ? '' : 'socat', ...gateways.map(gatewayId)].filter(
+      (c) => c !== '' && (!chains || chains.includes(c)),
+    ),
+    workloadIds: WORKLOADS.map((w) => w.id).filter((w) => !workloads || workloads.includes(w)),
+    idleRun: !workloads || workloads.includes('busy'),
+    seconds: ctx.quick ? 0.6 : 4,
+    warmup: ctx.quick ? 0.3 : 1,
+    idle: ctx.quick ? 200 : IDLE_CLIENTS,
+  };
+}
+
+/** socat forks a process per connection: 1,000 idle clients would measure fork(), not a proxy. */
+const hasIdleRun = (chainId: string) => chainId !== 'socat';
+
+async function measure(chain: Chain, spec: LoadSpec): Promise<Measured> {
+  const sampler = new ResourceSampler(chain.watched);
+  try {
+    const before: Record<string, number> = {};
+    const after: Record<string, number> = {};
+    const result = await runLoadgen(spec, async (phase) => {
+      // Let the previous connections' buffers settle (and be collected) before each sample.
+      await new Promise((r) => setTimeout(r, 500));
+      const into = phase === 'idle-start' ? before : after;
+      for (const w of chain.watched) into[w.role] = sample(w.pid, w.group).rssKiB;
+    });
+    const idleRss = spec.idle > 0 ? { before, after } : undefined;
+    return { result, resources: sampler.stop(), idleRss };
+  } catch (err) {
+    sampler.stop();
+    return { error: err instanceof Error ? err.message : String(err) };
+  }
+}
+
+async function startChain(
+  world: BenchWorld,
+  id: string,
+  upstream: Chain,
+  profileDir?: string,
+): Promise<Chain> {
+  if (id === 'direct') return upstream;
+  if (id === 'haproxy') return haproxyChain(world, upstream.endpoint, PROBE);
+  if (id === 'socat') return socatChain(world, upstream.endpoint, PROBE);
+  const g = GATEWAYS.find((o) => gatewayId(o) === id)!;
+  return gatewayChain(world, upstream.endpoint, PROBE, { ...g, profileDir });
+}
+
+const GATEWAY_LABEL = (id: string) => {
+  const g = GATEWAYS.find((o) => gatewayId(o) === id);
+  return g ? `gateway V${g.protocolVersion} pool ${g.poolSize}` : id;
+};
+
+export const CHAIN_LABELS: Record<string, string> = {
+  direct: 'direct',
+  haproxy: 'haproxy ×2',
+  socat: 'socat ×2',
+};
+export const chainLabel = (id: string) => CHAIN_LABELS[id] ?? GATEWAY_LABEL(id);
+
+function throughput(w: Workload, r: LoadResult): number {
+  return w.unit === 'GB/s' ? r.bytesPerSec / 1e9 : r.opsPerSec;
+}
+
+function targetFor(chainId: string, workloadId: string): Target | undefined {
+  if (!chainId.startsWith('gw-')) return undefined;
+  if (workloadId === 'sink1m-c8' || workloadId === 'source1m-c8')
+    return { of: 'ratio', op: '>=', value: 1.0 };
+  if (workloadId === 'null-c64') return { of: 'ratio', op: '>=', value: 0.7 };
+  return undefined;
+}
+
+function extraOf(chainId: string, w: { id: string; ops: OpSpec[] }, m: Measured): Record<string, unknown> {
+  const r = m.result;
+  return {
+    scenario: chainId,
+    chain: chainLabel(chainId),
+    workload: w.id,
+    ops: describeOps(w.ops),
+    ...(r
+      ? {
+          opsPerSec: r.opsPerSec,
+          bytesPerSec: r.bytesPerSec,
+          latencyUs: r.latencyUs,
+          clientCpuSeconds: r.clientCpuSeconds,
+          calls: r.ops,
+          errors: r.errors,
+          firstError: r.firstError,
+          connections: r.spec.connections,
+          depth: r.spec.depth,
+          seconds: r.elapsedSeconds,
+        }
+      : {}),
+    resources: m.resources,
+    error: m.error,
+  };
+}
+
+export function buildRows(plan: Plan, results: Map<string, Measured>): BenchRow[] {
+  const rows: BenchRow[] = [];
+  const get = (chain: string, w: string) => results.get(`${chain}/${w}`)?.result;
+  for (const w of WORKLOADS) {
+    for (const chainId of plan.chainIds) {
+      const m = results.get(`${chainId}/${w.id}`);
+      if (!m) continue;
+      const r = m.result;
+      const baseName = chainId === 'direct' ? undefined : chainId === 'haproxy' ? 'direct' : 'haproxy';
+      const base = baseName ? get(baseName, w.id) : undefined;
+      rows.push(
+        row({
+          suite: 'scenarios',
+          name: `${w.id} ${chainId}`,
+          value: r ? throughput(w, r) : Number.NaN,
+          unit: w.unit,
+          baseline: base && baseName ? { name: baseName, value: throughput(w, base) } : undefined,
+          target: targetFor(chainId, w.id),
+          extra: extraOf(chainId, w, m),
+        }),
+      );
+    }
+    if (w.id !== 'null-c64') continue;
+    // The latency target: p99 at 64 outstanding within 2x the haproxy chain's.
+    const hp = get('haproxy', w.id);
+    for (const chainId of plan.chainIds.filter((c) => c.startsWith('gw-'))) {
+      const r = get(chainId, w.id);
+      if (!r) continue;
+      rows.push(
+        row({
+          suite: 'scenarios',
+          name: `${w.id} p99 ${chainId}`,
+          value: r.latencyUs.p99,
+          unit: 'µs p99',
+          baseline: hp ? { name: 'haproxy', value: hp.latencyUs.p99 } : undefined,
+          target: { of: 'ratio', op: '<=', value: 2 },
+          extra: { scenario: chainId, workload: `${w.id}-p99`, latencyUs: r.latencyUs },
+        }),
+      );
+    }
+  }
+  for (const chainId of plan.chainIds.filter(hasIdleRun)) {
+    const busy = results.get(`${chainId}/busy`);
+    const withIdle = results.get(`${chainId}/busy+idle`);
+    const isGateway = chainId.startsWith('gw-');
+    const busyW = { id: `busy${BUSY_CLIENTS}`, ops: one('null') };
+    if (withIdle?.idleRss) {
+      // The process that holds the clients' connections: the gateway, the first hop, or the server.
+      const role = isGateway ? 'gateway' : chainId === 'haproxy' ? 'hop1' : 'server';
+      const { before, after } = withIdle.idleRss;
+      rows.push(
+        row({
+          suite: 'scenarios',
+          name: `idle${plan.idle} RSS/client ${chainId}`,
+          value: (after[role] - before[role]) / plan.idle,
+          unit: `KiB (${role})`,
+          target: isGateway ? { of: 'value', op: '<=', value: 64 } : undefined,
+          extra: {
+            scenario: chainId,
+            workload: 'idle-rss',
+            idleClients: plan.idle,
+            rssBeforeKiB: before,
+            rssWithIdleKiB: after,
+          },
+        }),
+      );
+    }
+    if (busy || withIdle) {
+      const b = busy?.result;
+      const wi = withIdle?.result;
+      rows.push(
+        row({
+          suite: 'scenarios',
+          name: `busy${BUSY_CLIENTS}+idle${plan.idle} ${chainId}`,
+          value: wi ? wi.opsPerSec : Number.NaN,
+          unit: 'ops/s',
+          baseline: b ? { name: `busy${BUSY_CLIENTS} alone`, value: b.opsPerSec } : undefined,
+          target: isGateway ? { of: 'ratio', op: '>=', value: 0.9 } : undefined,
+          extra: {
+            ...extraOf(chainId, { ...busyW, id: `busy${BUSY_CLIENTS}+idle` }, withIdle ?? {}),
+            busyAlone: busy ? extraOf(chainId, busyW, busy) : undefined,
+          },
+        }),
+      );
+    }
+  }
+  return rows;
+}
+
+export const scenarioSuite: Suite = {
+  name: 'scenarios',
+  async run(ctx: BenchContext): Promise<BenchRow[]> {
+    const plan = planFor(ctx);
+    const world = new BenchWorld(benchTempDir('scenarios'));
+    const results = new Map<string, Measured>();
+    const perRun = plan.seconds + plan.warmup + 0.6;
+    const steps: { chain: string; id: string; weight: number }[] = [];
+    for (const c of plan.chainIds) {
+      steps.push({ chain: c, id: '(start)', weight: 2 });
+      for (const w of plan.workloadIds) steps.push({ chain: c, id: w, weight: perRun });
+      if (plan.idleRun && hasIdleRun(c)) {
+        steps.push({ chain: c, id: 'busy', weight: perRun });
+        steps.push({ chain: c, id: 'busy+idle', weight: perRun + 3 });
+      }
+    }
+    const progress = new Progress(
+      'scenarios',
+      steps.map((s) => s.weight),
+    );
+    try {
+      const upstream = await startTestProgram(world, PROBE);
+      let chain: Chain | undefined;
+      for (const s of steps) {
+        progress.step(`${s.id} via ${chainLabel(s.chain)}`);
+        if (s.id === '(start)') {
+          try {
+            chain = await startChain(world, s.chain, upstream, ctx.profileDir);
+          } catch (err) {
+            chain = undefined;
+            ctx.log(`\n[scenarios] ${s.chain} did not start: ${err instanceof Error ? err.message : err}`);
+          }
+          progress.advance();
+          continue;
+        }
+        if (!chain || chain.id !== s.chain) {
+          progress.advance();
+          continue;
+        }
+        const w = WORKLOADS.find((x) => x.id === s.id);
+        const spec: LoadSpec = w
+          ? {
+              target: `${chain.endpoint.host}:${chain.endpoint.port}`,
+              ops: w.ops,
+              connections: w.connections,
+              depth: w.depth,
+              seconds: plan.seconds,
+              warmupSeconds: plan.warmup,
+              idle: 0,
+            }
+          : {
+              target: `${chain.endpoint.host}:${chain.endpoint.port}`,
+              ops: one('null'),
+              connections: BUSY_CLIENTS,
+              depth: 1,
+              seconds: plan.seconds,
+              warmupSeconds: plan.warmup,
+              idle: s.id === 'busy+idle' ? plan.idle : 0,
+            };
+        const m = await measure(chain, spec);
+        if (m.error) ctx.log(`\n[scenarios] ${s.id} via ${s.chain} failed: ${m.error}`);
+        else if (m.result && m.result.errors > 0)
+          ctx.log(
+            `\n[scenarios] ${s.id} via ${s.chain}: ${m.result.errors} failed calls (${m.result.firstError})`,
+          );
+        results.set(`${s.chain}/${s.id}`, m);
+        progress.advance();
+        const last = steps[steps.indexOf(s) + 1];
+        if (!last || last.chain !== s.chain) await chain.stop();
+      }
+      progress.finish();
+    } finally {
+      await world.close();
+    }
+    return buildRows(plan, results);
+  },
+};

@@ -1,0 +1,161 @@
+/**
+ * The benchmark tooling's own logic: targets computed from same-run baselines, the generated haproxy
+ * configuration, the mixed-workload interleaving, the chart and the profile summary. (The benchmarks
+ * themselves run with `npm run bench`; CI runs `--quick` as a smoke test.)
+ */
+import test from 'ava';
+import { row } from '../../bench/harness.js';
+import type { LoadResult } from '../../bench/loadgen/spec.js';
+import { describeOps, payloadBytes, schedule } from '../../bench/loadgen/spec.js';
+import { summarise } from '../../bench/profile-summary.js';
+import { panels, renderSvg } from '../../bench/report.js';
+import { haproxyConfig } from '../../bench/scenarios/chains.js';
+import { buildRows, type Measured } from '../../bench/suites/scenarios.js';
+
+function result(opsPerSec: number, bytesPerSec: number, p99: number): LoadResult {
+  return {
+    spec: { target: 'x:1', ops: [], connections: 4, depth: 16, seconds: 1, warmupSeconds: 0, idle: 0 },
+    ops: opsPerSec,
+    errors: 0,
+    elapsedSeconds: 1,
+    opsPerSec,
+    bytesPerSec,
+    latencyUs: { p50: p99 / 4, p90: p99 / 2, p99, p999: p99 * 2, max: p99 * 3, mean: p99 / 3 },
+    histogram: '',
+    clientCpuSeconds: 0.5,
+  };
+}
+
+test('schedule interleaves by weight, deterministically and spread out', (t) => {
+  const s = schedule(['small', 'large'], [7, 3]);
+  t.is(s.length, 10);
+  t.is(s.filter((x) => x === 'large').length, 3);
+  // Spread: never two large ones in a row with weights 7:3.
+  for (let i = 1; i < s.length; i++) t.false(s[i] === 'large' && s[i - 1] === 'large');
+  t.deepEqual(schedule(['a'], [1]), ['a']);
+});
+
+test('payload bytes count ECHO both ways and NULL as nothing', (t) => {
+  t.is(payloadBytes({ op: 'echo', size: 4096, weight: 1 }), 8192);
+  t.is(payloadBytes({ op: 'sink', size: 1 << 20, weight: 1 }), 1 << 20);
+  t.is(payloadBytes({ op: 'null', size: 99, weight: 1 }), 0);
+  t.is(
+    describeOps([
+      { op: 'echo', size: 4096, weight: 7 },
+      { op: 'source', size: 1 << 20, weight: 3 },
+    ]),
+    '70% ECHO 4KiB + 30% SOURCE 1MiB',
+  );
+});
+
+test('haproxy config: one thread, mode tcp, the given hop', (t) => {
+  const cfg = haproxyConfig(20001, { host: '127.0.0.1', port: 20002 });
+  t.regex(cfg, /nbthread 1/);
+  t.regex(cfg, /mode tcp/);
+  t.regex(cfg, /bind 127\.0\.0\.1:20001/);
+  t.regex(cfg, /server upstream 127\.0\.0\.1:20002/);
+});
+
+test('rows compare the gateway with the haproxy chain of the same run and mark targets', (t) => {
+  const results = new Map<string, Measured>([
+    ['direct/null-c64', { result: result(100_000, 0, 1000) }],
+    ['haproxy/null-c64', { result: result(50_000, 0, 2000) }],
+    ['gw-v2-p4/null-c64', { result: result(40_000, 0, 5000) }],
+    ['haproxy/sink1m-c8', { result: result(200, 2e8, 1e5) }],
+    ['gw-v2-p4/sink1m-c8', { result: result(250, 2.5e8, 1e5) }],
+    ['gw-v2-p4/busy', { result: result(10_000, 0, 100) }],
+    [
+      'gw-v2-p4/busy+idle',
+      {
+        result: result(8_500, 0, 100),
+        idleRss: { before: { gateway: 100_000 }, after: { gateway: 100_000 + 1000 * 80 } },
+      },
+    ],
+  ]);
+  const rows = buildRows(
+    {
+      chainIds: ['direct', 'haproxy', 'gw-v2-p4'],
+      seconds: 1,
+      warmup: 0,
+      idle: 1000,
+      workloadIds: [],
+      idleRun: true,
+    },
+    results,
+  );
+  const by = (name: string) => rows.find((r) => r.name === name)!;
+  const nullGw = by('null-c64 gw-v2-p4');
+  t.is(nullGw.baseline?.name, 'haproxy');
+  t.is(nullGw.ratio, 0.8);
+  t.true(nullGw.met, '0.8 >= 0.7');
+  t.is(by('null-c64 haproxy').baseline?.name, 'direct');
+  t.is(by('null-c64 direct').baseline, undefined);
+  const p99 = by('null-c64 p99 gw-v2-p4');
+  t.is(p99.ratio, 2.5);
+  t.false(p99.met, 'p99 2.5x the haproxy chain is over the 2x target');
+  const sink = by('sink1m-c8 gw-v2-p4');
+  t.is(sink.unit, 'GB/s');
+  t.is(sink.value, 0.25);
+  t.true(sink.met);
+  const rss = by('idle1000 RSS/client gw-v2-p4');
+  t.is(rss.value, 80);
+  t.false(rss.met, '80 KiB per idle client is over 64');
+  const busy = by('busy64+idle1000 gw-v2-p4');
+  t.is(busy.ratio, 0.85);
+  t.false(busy.met, 'a 15 % drop is over the 10 % allowed');
+});
+
+test('a harness row without a baseline has no ratio and a value target is judged on the value', (t) => {
+  const r = row({
+    suite: 's',
+    name: 'n',
+    value: 10,
+    unit: 'x',
+    target: { of: 'value', op: '<=', value: 64 },
+  });
+  t.is(r.ratio, undefined);
+  t.true(r.met);
+});
+
+test('the chart groups rows by workload and shows every chain and the targets', (t) => {
+  const results = new Map<string, Measured>([
+    ['haproxy/null-c64', { result: result(50_000, 0, 2000) }],
+    ['gw-v1-p1/null-c64', { result: result(20_000, 0, 9000) }],
+  ]);
+  const rows = buildRows(
+    { chainIds: ['haproxy', 'gw-v1-p1'], seconds: 1, warmup: 0, idle: 10, workloadIds: [], idleRun: true },
+    results,
+  );
+  const ps = panels(rows);
+  t.is(ps.length, 1, 'the p99 row is not a panel of its own');
+  t.deepEqual(
+    ps[0].bars.map((b) => b.scenario),
+    ['haproxy', 'gw-v1-p1'],
+  );
+  const svg = renderSvg({ date: 'd', node: 'v20', platform: 'linux-x64', quick: false, rows });
+  t.regex(svg, /^<\?xml/);
+  t.regex(svg, /<svg [^>]*width="1000"/);
+  t.regex(svg, /gateway V1 pool 1/);
+  t.regex(svg, /NOT MET/);
+  t.notRegex(svg, /NaN/);
+});
+
+test('profile summary: self time per function, idle excluded from the functions', (t) => {
+  const profile = {
+    nodes: [
+      { id: 1, callFrame: { functionName: '(root)', url: '', lineNumber: -1 } },
+      { id: 2, callFrame: { functionName: 'encode', url: 'file:///x/dist/rpc/xdr.js', lineNumber: 9 } },
+      { id: 3, callFrame: { functionName: '(idle)', url: '', lineNumber: -1 } },
+    ],
+    startTime: 0,
+    endTime: 400,
+    samples: [2, 2, 3, 2],
+    timeDeltas: [100, 100, 100, 100],
+  };
+  const s = summarise(profile);
+  t.is(s.total, 400);
+  t.is(s.functions[0].name, 'encode rpc/xdr.js:10');
+  t.is(s.functions[0].share, 0.75);
+  t.false(s.functions.some((f) => f.name.startsWith('(idle)')));
+  t.is(s.files[0].name, 'rpc/xdr.js');
+});
