@@ -188,6 +188,9 @@ export class SoftQp implements QueuePair {
   private pendingError: TerminateCause | undefined;
   private pendingRecvStatus = 0;
   private readonly small = Buffer.alloc(64);
+  /** Where the work request being framed stands in its scatter-gather list (see `emitPayload`). */
+  private txSge = 0;
+  private txSgeOff = 0;
   private smallPos = 0;
   private recvCur: RqEntry | undefined;
   private recvMo = 0;
@@ -545,27 +548,14 @@ export class SoftQp implements QueuePair {
     const maxPayload = (this.params as StreamParams).mulpdu - (UNTAGGED_HEADER - 2);
     const msn = this.txMsn[QN_SEND]++;
     let mo = 0;
-    let sge = 0;
-    let sgeOff = 0;
+    this.txSge = 0;
+    this.txSgeOff = 0;
     do {
       const len = Math.min(maxPayload, e.total - mo);
       const last = mo + len === e.total;
       const at = fr.begin(UNTAGGED_HEADER - 2 + len, UNTAGGED_HEADER - 2);
       this.writeUntagged(at, op, last, QN_SEND, msn, mo, inv ? e.invRkey : 0);
-      let left = len;
-      while (left > 0) {
-        const avail = e.lengths[sge] - sgeOff;
-        if (avail === 0) {
-          sge++;
-          sgeOff = 0;
-          continue;
-        }
-        const n = Math.min(avail, left);
-        const start = e.offsets[sge] + sgeOff;
-        fr.payload(e.mrs[sge].buffer, start, start + n);
-        sgeOff += n;
-        left -= n;
-      }
+      this.emitPayload(fr, e, len);
       fr.end();
       mo += len;
     } while (mo < e.total);
@@ -575,31 +565,39 @@ export class SoftQp implements QueuePair {
     const fr = this.framer as TxFramer;
     const maxPayload = (this.params as StreamParams).mulpdu - (TAGGED_HEADER - 2);
     let off = 0;
-    let sge = 0;
-    let sgeOff = 0;
+    this.txSge = 0;
+    this.txSgeOff = 0;
     do {
       const len = Math.min(maxPayload, e.total - off);
       const last = off + len === e.total;
       const lo = e.toLo + off;
       const at = fr.begin(TAGGED_HEADER - 2 + len, TAGGED_HEADER - 2);
       this.writeTagged(at, Op.WRITE, last, e.rkey, (e.toHi + Math.floor(lo / TWO32)) >>> 0, lo >>> 0);
-      let left = len;
-      while (left > 0) {
-        const avail = e.lengths[sge] - sgeOff;
-        if (avail === 0) {
-          sge++;
-          sgeOff = 0;
-          continue;
-        }
-        const n = Math.min(avail, left);
-        const start = e.offsets[sge] + sgeOff;
-        fr.payload(e.mrs[sge].buffer, start, start + n);
-        sgeOff += n;
-        left -= n;
-      }
+      this.emitPayload(fr, e, len);
       fr.end();
       off += len;
     } while (off < e.total);
+  }
+
+  /**
+   * Hands the next `len` bytes of `e`'s scatter-gather list to the framer as views (no copy), resuming
+   * where the previous segment of the same work request stopped (`txSge`/`txSgeOff`).
+   */
+  private emitPayload(fr: TxFramer, e: SqEntry, len: number): void {
+    let left = len;
+    while (left > 0) {
+      const avail = e.lengths[this.txSge] - this.txSgeOff;
+      if (avail === 0) {
+        this.txSge++;
+        this.txSgeOff = 0;
+        continue;
+      }
+      const n = Math.min(avail, left);
+      const start = e.offsets[this.txSge] + this.txSgeOff;
+      fr.payload(e.mrs[this.txSge].buffer, start, start + n);
+      this.txSgeOff += n;
+      left -= n;
+    }
   }
 
   private emitZeroLengthWrite(): void {
