@@ -6,8 +6,10 @@
  * pino-pretty runs in this thread as a stream rather than as a pino transport (a worker thread): the CLI is
  * short-lived and must not lose its last lines at exit.
  */
+
 import { createRequire } from 'node:module';
 import { type DestinationStream, type Logger, pino } from 'pino';
+import { GatewayError } from '../common/errors.js';
 import type { LogFormat, LogLevel } from './config.js';
 
 const require = createRequire(import.meta.url);
@@ -37,6 +39,17 @@ export function wantsPretty(format: LogFormat, destination: { isTTY?: boolean })
   return format === 'pretty' || (format === 'auto' && destination.isTTY === true);
 }
 
+/**
+ * `err` fields: a GatewayError logs its structured form (`type` = its class, `code`, details); the result
+ * of `toLog()` passes through as it is (pino's own serializer would rename its type to "Object"); any
+ * other Error gets pino's standard treatment.
+ */
+export function serializeError(err: unknown): unknown {
+  if (err instanceof GatewayError) return { ...err.toLog(), stack: err.stack };
+  if (err instanceof Error) return pino.stdSerializers.err(err);
+  return err;
+}
+
 export function createLogger(options: LoggerOptions = {}): Logger {
   const level = options.level ?? 'info';
   const format = options.format ?? 'auto';
@@ -45,8 +58,7 @@ export function createLogger(options: LoggerOptions = {}): Logger {
     level,
     name: 'rpcrdma-gateway',
     base: { pid: process.pid, ...options.base },
-    // Errors are logged as `err: GatewayError#toLog()`; pino's serializer handles plain Errors.
-    serializers: { err: pino.stdSerializers.err },
+    serializers: { err: serializeError },
   };
   if (wantsPretty(format, destination)) {
     const pretty = loadPretty();

@@ -1,5 +1,6 @@
 import { Writable } from 'node:stream';
 import test from 'ava';
+import { ConfigError } from '../../common/errors.js';
 import { componentLogger, createLogger, loadPretty, wantsPretty } from '../../gateway/logging.js';
 
 function sink(isTTY?: boolean) {
@@ -40,4 +41,28 @@ test('pretty on a terminal (auto) or when asked, when pino-pretty is installed',
   createLogger({ format: 'pretty', destination: out.stream }).info('pretty line');
   t.regex(out.text(), /INFO.*pretty line/);
   t.throws(() => JSON.parse(out.text()));
+});
+
+test('err fields keep our error classes: a GatewayError and its toLog() both log their class and code', (t) => {
+  const out = sink(false);
+  const log = createLogger({ level: 'info', destination: out.stream });
+  const e = new ConfigError('ERR_CONFIG_VALUE', 'frontend.maxRecordSize: too small', {
+    key: 'frontend.maxRecordSize',
+  });
+  log.warn({ err: e }, 'as an error');
+  log.warn({ err: e.toLog() }, 'as its structured form');
+  log.warn({ err: new TypeError('plain') }, 'a plain error');
+  const [a, b, c] = out
+    .text()
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l));
+  for (const line of [a, b]) {
+    t.is(line.err.type, 'ConfigError');
+    t.is(line.err.code, 'ERR_CONFIG_VALUE');
+    t.is(line.err.key, 'frontend.maxRecordSize');
+  }
+  t.regex(a.err.stack, /ConfigError/);
+  t.is(c.err.type, 'TypeError');
+  t.is(c.err.message, 'plain');
 });
