@@ -23,6 +23,7 @@ import {
   type RecvWr,
   SendFlags,
   type SendWr,
+  type Sge,
   VerbsError,
   WcFlags,
   WcOpcode,
@@ -76,16 +77,38 @@ const ST_POSTED = 0;
 const ST_SENT = 1;
 const ST_DONE = 2;
 
-class SqEntry {
+/** The scatter-gather list of a posted work request, copied out of the caller's WR (which it may reuse). */
+class SglEntry {
   wrId = 0;
-  opcode = 0;
-  flags = 0;
   nsge = 0;
   mrs: SoftMr[] = [];
   offsets: number[] = [];
   lengths: number[] = [];
   keys: number[] = [];
   total = 0;
+
+  /** Copies `sgl` in (validating each element) and sets `nsge` and `total`. */
+  setSgl(sgl: readonly Sge[]): void {
+    let total = 0;
+    for (let i = 0; i < sgl.length; i++) {
+      const s = sgl[i];
+      if (!Number.isInteger(s.offset) || !Number.isInteger(s.length) || s.offset < 0 || s.length < 0) {
+        throw invalidArgument('SGE offset/length must be non-negative integers', { i });
+      }
+      this.mrs[i] = s.mr as SoftMr;
+      this.offsets[i] = s.offset;
+      this.lengths[i] = s.length;
+      this.keys[i] = s.mr.lkey;
+      total += s.length;
+    }
+    this.nsge = sgl.length;
+    this.total = total;
+  }
+}
+
+class SqEntry extends SglEntry {
+  opcode = 0;
+  flags = 0;
   rkey = 0;
   toHi = 0;
   toLo = 0;
@@ -96,15 +119,7 @@ class SqEntry {
   placed = 0;
 }
 
-class RqEntry {
-  wrId = 0;
-  nsge = 0;
-  mrs: SoftMr[] = [];
-  offsets: number[] = [];
-  lengths: number[] = [];
-  keys: number[] = [];
-  total = 0;
-}
+class RqEntry extends SglEntry {}
 
 class ReadResponseJob {
   mr!: SoftMr;
@@ -279,20 +294,7 @@ export class SoftQp implements QueuePair {
     e.wrId = wr.wrId;
     e.opcode = op;
     e.flags = wr.flags;
-    e.nsge = sgl.length;
-    let total = 0;
-    for (let i = 0; i < sgl.length; i++) {
-      const s = sgl[i];
-      if (!Number.isInteger(s.offset) || !Number.isInteger(s.length) || s.offset < 0 || s.length < 0) {
-        throw invalidArgument('SGE offset/length must be non-negative integers', { i });
-      }
-      e.mrs[i] = s.mr as SoftMr;
-      e.offsets[i] = s.offset;
-      e.lengths[i] = s.length;
-      e.keys[i] = s.mr.lkey;
-      total += s.length;
-    }
-    e.total = total;
+    e.setSgl(sgl);
     if (op === WrOpcode.RDMA_WRITE || op === WrOpcode.RDMA_READ) {
       const addr = wr.remoteAddr as bigint;
       e.rkey = (wr.rkey as number) >>> 0;
@@ -331,20 +333,7 @@ export class SoftQp implements QueuePair {
       this.rq[at] = e;
     }
     e.wrId = wr.wrId;
-    e.nsge = sgl.length;
-    let total = 0;
-    for (let i = 0; i < sgl.length; i++) {
-      const s = sgl[i];
-      if (!Number.isInteger(s.offset) || !Number.isInteger(s.length) || s.offset < 0 || s.length < 0) {
-        throw invalidArgument('SGE offset/length must be non-negative integers', { i });
-      }
-      e.mrs[i] = s.mr as SoftMr;
-      e.offsets[i] = s.offset;
-      e.lengths[i] = s.length;
-      e.keys[i] = s.mr.lkey;
-      total += s.length;
-    }
-    e.total = total;
+    e.setSgl(sgl);
     this.rqTail++;
     if (this.dead) queueMicrotask(() => this.flushRecvs());
   }
