@@ -211,7 +211,8 @@ test('TCP frontend: fuzzed records from captures, broken framing; a good client 
   };
   const hostile: (() => Buffer[])[] = [
     // A header announcing more than the record limit (raised before any byte is buffered).
-    () => [mark(LIMITS.maxRecordSize + 1 + r.int(0x7fff_0000), r.chance(0.5))],
+    // Any length from just over the limit to the largest a record mark can carry (2^31 - 1).
+    () => [mark(LIMITS.maxRecordSize + 1 + r.int(0x7fff_ffff - LIMITS.maxRecordSize), r.chance(0.5))],
     // Fragments that together exceed the limit.
     () => [mark(LIMITS.maxRecordSize - 8, false), Buffer.alloc(LIMITS.maxRecordSize - 8), mark(16, true)],
     // An endless run of zero-length non-final fragments.
