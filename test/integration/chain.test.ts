@@ -5,11 +5,13 @@
  * matched by XID on the client's own connection — a reply delivered to the wrong client or with the wrong
  * XID fails the content check or shows up as a late/unexpected reply.
  */
+
 import { randomBytes } from 'node:crypto';
 import test, { type ExecutionContext } from 'ava';
 import type { Gateway } from '../../gateway/gateway.js';
 import { TestProgramClient } from '../../gateway/test-program/index.js';
 import { waitFor } from '../gateway/helpers.js';
+import { testSeed } from '../helpers/seed.js';
 import { BASELINE, gauges, prng, startTestGateway, sumCounters } from './helpers.js';
 
 const MAX = 4 * 1024 * 1024;
@@ -51,8 +53,7 @@ async function runLoad(
   callsPerClient: number,
   budget: number,
 ): Promise<LoadResult> {
-  const seed = (Math.random() * 0x1_0000_0000) >>> 0;
-  t.log(`seed ${seed}`);
+  const seed = testSeed(t, 'LOAD_SEED');
   const sizes = sizesFor(prng(seed), clients.length * callsPerClient, budget);
   const r: LoadResult = {
     counts: { ECHO: 0, SINK: 0, SOURCE: 0 },

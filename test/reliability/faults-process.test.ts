@@ -7,6 +7,7 @@
  * admin API shows no registration in use and no call in flight; each process exits by itself after
  * SIGTERM within a bound (no stray timer or handle keeps it alive).
  */
+
 import test from 'ava';
 import {
   type Child,
@@ -22,6 +23,7 @@ import {
   spawnCli,
   stopWithin,
 } from '../../bench/soak/chain-load.js';
+import { testSeed } from '../helpers/seed.js';
 
 const HOLD_MS = 1500;
 const EXIT_BOUND_MS = 8000;
@@ -32,10 +34,7 @@ async function getJson(url: string): Promise<unknown> {
 }
 
 test('responder killed, upstream restarted, outage past the hold time: no call lost, nothing leaked, clean exits', async (t) => {
-  const seed = process.env.FAULT_SEED
-    ? Number(process.env.FAULT_SEED)
-    : (Math.random() * 0x1_0000_0000) >>> 0;
-  t.log(`seed ${seed} (replay with FAULT_SEED=${seed})`);
+  const seed = testSeed(t, 'FAULT_SEED');
   const rand = prng(seed);
   const upstreamPort = await freePort();
   const rdmaPort = await freePort();

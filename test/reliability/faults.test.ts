@@ -15,14 +15,11 @@ import { encodeSourceArgs } from '../../gateway/test-program/codec.js';
 import { TEST_PROGRAM, TEST_VERSION, TestProc } from '../../gateway/test-program/index.js';
 import type { RpcRdmaConnection } from '../../rdma-backend/transport/index.js';
 import { connectRaw, framedCall, waitFor } from '../gateway/helpers.js';
+import { testSeed } from '../helpers/seed.js';
 import { BASELINE, gauges, startTestGateway, sumCounters } from '../integration/helpers.js';
 
 function seedFor(t: ExecutionContext): number {
-  const seed = process.env.FAULT_SEED
-    ? Number(process.env.FAULT_SEED)
-    : (Math.random() * 0x1_0000_0000) >>> 0;
-  t.log(`seed ${seed} (replay with FAULT_SEED=${seed})`);
-  return seed;
+  return testSeed(t, 'FAULT_SEED');
 }
 
 /** Polls on every turn of the event loop (not a 5 ms timer): the fault lands as close to the event as JS can. */

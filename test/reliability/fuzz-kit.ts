@@ -10,6 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import type { ExecutionContext } from 'ava';
+import { testSeed } from '../helpers/seed.js';
 
 /** mulberry32: small, fast, good enough to drive mutations reproducibly. */
 export function prng(seed: number): () => number {
@@ -23,12 +24,9 @@ export function prng(seed: number): () => number {
   };
 }
 
-/** The campaign's seed: FUZZ_SEED when set (to replay a failure), else a fresh one, logged by the test. */
+/** The campaign's seed (see test/helpers/seed.ts): FUZZ_SEED replays a failure. */
 export function campaignSeed(t: ExecutionContext): number {
-  const fixed = process.env.FUZZ_SEED;
-  const seed = fixed !== undefined ? Number(fixed) >>> 0 : (Math.random() * 0x1_0000_0000) >>> 0;
-  t.log(`seed ${seed} (replay with FUZZ_SEED=${seed})`);
-  return seed;
+  return testSeed(t, 'FUZZ_SEED');
 }
 
 /** `base` cases, times FUZZ_CASES (a positive number, default 1) for longer runs. */

@@ -1,6 +1,7 @@
 /**
  * The frontend under load and under a misbehaving client, with the real test program behind it.
  */
+
 import { randomBytes } from 'node:crypto';
 import test from 'ava';
 import { encodeSourceArgs } from '../../gateway/test-program/codec.js';
@@ -8,6 +9,7 @@ import { TEST_PROGRAM, TEST_VERSION, TestProc } from '../../gateway/test-program
 import { TestProgramClient } from '../../gateway/test-program/index.js';
 import { serveTestProgram } from '../../gateway/test-program/server.js';
 import { connectRaw, framedCall, waitFor } from '../gateway/helpers.js';
+import { testSeed } from '../helpers/seed.js';
 
 /** mulberry32: a small seeded PRNG so a failing run can be replayed from its logged seed. */
 function prng(seed: number): () => number {
@@ -24,8 +26,7 @@ function prng(seed: number): () => number {
 const MAX = 4 * 1024 * 1024;
 
 test('hundreds of concurrent clients: ECHO, SINK and SOURCE of 0 B to 4 MiB, every byte verified', async (t) => {
-  const seed = (Math.random() * 0x1_0000_0000) >>> 0;
-  t.log(`seed ${seed}`);
+  const seed = testSeed(t, 'LOAD_SEED');
   const rand = prng(seed);
   const server = await serveTestProgram();
   const { port } = server.addresses[0];
