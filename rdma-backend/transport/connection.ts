@@ -834,6 +834,7 @@ export class RpcRdmaConnection {
         inUse: this.registrar.inUse,
         registered: this.registrar.registrations,
         rekeys: this.registrar.rekeys,
+        bounceBytes: this.registrar.bounceBytes,
       },
     };
   }

@@ -9,7 +9,10 @@
  *   size class is out of bounds for the peer (no write past the segment, no read of an earlier call's
  *   bytes through a reply claiming more than was offered).
  * - Read chunk sources are the caller's own bytes registered for REMOTE_READ for the call (no copy), and
- *   deregistered after invalidation.
+ *   deregistered after invalidation — where the device can register them (`Device.canRegister`). A
+ *   native device registers only memory it allocated (pinning a `Buffer.allocUnsafe` pool slab would
+ *   expose unrelated data to DMA), so there the bytes are copied into a pooled region of the same access,
+ *   keyed for exactly their length, as Linux's xprtrdma does not need to but every userspace ULP must.
  * - Nothing goes back to a pool (or is deregistered) before it was invalidated: the peer's Send With
  *   Invalidate, or our Local Invalidate, whose completion the connection waits for. On connection loss
  *   the QP is in error, so nothing can reach the regions; they are rekeyed (revoking every rkey a peer
@@ -22,18 +25,31 @@ export interface ChunkRegistration {
   mr: MemoryRegion;
   /** Size-class index of the pool it came from, or -1 for a per-call registration of caller memory. */
   sizeClass: number;
+  /** Which pools it belongs to (pooled regions only): targets, sources or local copies. */
+  kind: PoolKind;
   /** Set when the peer invalidated it remotely (Send With Invalidate named its rkey). */
   remotelyInvalidated: boolean;
 }
 
 const MIN_CLASS_SHIFT = 12; // 4 KiB
 
+/** Pools by access: Write/Reply targets and Read sinks, Read-chunk sources, local sources of RDMA Writes. */
+const enum PoolKind {
+  Target = 0,
+  Source = 1,
+  Local = 2,
+}
+const POOL_ACCESS = [Access.LOCAL_WRITE | Access.REMOTE_WRITE, Access.REMOTE_READ, 0];
+
 export class ChunkRegistrar {
-  private readonly pools: ChunkRegistration[][] = [];
+  /** Free pooled regions, by kind then size class. */
+  private readonly pools: ChunkRegistration[][][] = [[], [], []];
   /** Regions handed out and not yet released (gauge). */
   inUse = 0;
   registrations = 0;
   rekeys = 0;
+  /** Bytes copied into registered memory because the device could not register the caller's own. */
+  bounceBytes = 0;
 
   constructor(
     private readonly pd: ProtectionDomain,
@@ -48,19 +64,19 @@ export class ChunkRegistrar {
   }
 
   /**
-   * A writable target region (REMOTE_WRITE) freshly keyed for exactly `length` bytes (at least 1: a
-   * zero-length segment still needs a valid handle): `mr.length === max(1, length)`.
+   * A pooled region of `kind` freshly keyed for exactly `length` bytes (at least 1: a zero-length
+   * segment still needs a valid handle): `mr.length === max(1, length)`.
    */
-  acquireTarget(length: number): ChunkRegistration {
+  private acquire(kind: PoolKind, length: number): ChunkRegistration {
     const exact = Math.max(1, length);
     const cls = this.classOf(exact);
-    const free = this.pools[cls];
-    let reg = free?.pop();
+    let reg = this.pools[kind][cls]?.pop();
     if (reg === undefined) {
       const buf = this.pd.device.allocBuffer(1 << (MIN_CLASS_SHIFT + cls));
       reg = {
-        mr: this.pd.registerMemory(buf, Access.LOCAL_WRITE | Access.REMOTE_WRITE),
+        mr: this.pd.registerMemory(buf, POOL_ACCESS[kind]),
         sizeClass: cls,
+        kind,
         remotelyInvalidated: false,
       };
       this.registrations++;
@@ -77,22 +93,43 @@ export class ChunkRegistrar {
     return reg;
   }
 
+  /** A writable target region (REMOTE_WRITE) freshly keyed for exactly `length` bytes. */
+  acquireTarget(length: number): ChunkRegistration {
+    return this.acquire(PoolKind.Target, length);
+  }
+
+  /** A pooled region of `kind` holding a copy of `bytes` at offset 0, keyed for exactly their length. */
+  private bounce(kind: PoolKind, bytes: Buffer): ChunkRegistration {
+    const reg = this.acquire(kind, bytes.length);
+    bytes.copy(reg.mr.buffer, 0);
+    this.bounceBytes += bytes.length;
+    return reg;
+  }
+
   /** Registers caller memory as a Read chunk source (REMOTE_READ) for one call. */
   registerSource(bytes: Buffer): ChunkRegistration {
+    if (!this.pd.device.canRegister(bytes)) return this.bounce(PoolKind.Source, bytes);
     this.registrations++;
     this.inUse++;
     return {
       mr: this.pd.registerMemory(bytes, Access.REMOTE_READ),
       sizeClass: -1,
+      kind: PoolKind.Source,
       remotelyInvalidated: false,
     };
   }
 
   /** Registers local bytes as the source of RDMA Writes (no remote access at all). */
   registerLocal(bytes: Buffer): ChunkRegistration {
+    if (!this.pd.device.canRegister(bytes)) return this.bounce(PoolKind.Local, bytes);
     this.registrations++;
     this.inUse++;
-    return { mr: this.pd.registerMemory(bytes, 0), sizeClass: -1, remotelyInvalidated: false };
+    return {
+      mr: this.pd.registerMemory(bytes, 0),
+      sizeClass: -1,
+      kind: PoolKind.Local,
+      remotelyInvalidated: false,
+    };
   }
 
   /**
@@ -109,20 +146,23 @@ export class ChunkRegistrar {
       reg.mr.rekey();
       this.rekeys++;
     }
-    let free = this.pools[reg.sizeClass];
+    const byClass = this.pools[reg.kind];
+    let free = byClass[reg.sizeClass];
     if (free === undefined) {
       free = [];
-      this.pools[reg.sizeClass] = free;
+      byClass[reg.sizeClass] = free;
     }
     free.push(reg);
   }
 
   /** Deregisters every pooled region (the connection is being destroyed). */
   destroy(): void {
-    for (const free of this.pools) {
-      if (!free) continue;
-      for (const reg of free) reg.mr.deregister();
-      free.length = 0;
+    for (const byClass of this.pools) {
+      for (const free of byClass) {
+        if (!free) continue;
+        for (const reg of free) reg.mr.deregister();
+        free.length = 0;
+      }
     }
   }
 }

@@ -394,7 +394,10 @@ export function sendReply(
     const body = Buffer.allocUnsafe(plan.reducedLength);
     copyReduced(message, moved, body, 0);
     const reg = c.registrar.registerSource(body);
-    c.rprcPending.get(ib.xid)?.mr.deregister();
+    // A retransmission replaces what the first reply exposed (through the registrar, so the gauge and
+    // any pooled copy are accounted for).
+    const earlier = c.rprcPending.get(ib.xid);
+    if (earlier !== undefined) c.registrar.release(earlier);
     c.rprcPending.set(ib.xid, reg);
     readsOut = [{ position: 0, handle: reg.mr.rkey, length: body.length, offset: reg.mr.iova }];
     if (ib.replyChunk)

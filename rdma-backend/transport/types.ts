@@ -87,7 +87,8 @@ export interface ConnectionSnapshot {
   };
   remoteInvalidateOk: boolean;
   counters: ConnectionCounters;
-  registrations: { inUse: number; registered: number; rekeys: number };
+  /** `bounceBytes`: copied into registered memory because the device could not register the caller's. */
+  registrations: { inUse: number; registered: number; rekeys: number; bounceBytes: number };
 }
 
 export interface ConnectionCounters {

@@ -72,6 +72,14 @@ export interface Device {
    * Every buffer meant for registration (pools, chunk memory, test regions) comes from here.
    */
   allocBuffer(length: number): Buffer;
+  /**
+   * Whether `registerMemory` accepts `buffer` as it is. The native provider registers only memory from
+   * its own `allocBuffer` (anything else may share pages with unrelated data); the soft provider accepts
+   * any Buffer unless built with `ownedMemoryOnly`. Callers that must expose memory they did not
+   * allocate here (a client's WRITE data, an upstream's reply) copy it into allocated memory when this
+   * says false.
+   */
+  canRegister(buffer: Buffer): boolean;
   /** Creates a CQ (`ibv_create_cq`). `depth` ≤ `caps.maxCqe`. */
   createCq(depth: number): CompletionQueue;
   /**

@@ -25,7 +25,12 @@ export function addonTest(): typeof test {
       `\n!!! NATIVE ADDON UNAVAILABLE: ${load.error.message}\n!!! The native addon tests are SKIPPED, not passed.\n\n`,
     );
   }
-  return test.skip as unknown as typeof test;
+  // Every form a suite uses (`test(...)`, `test.serial(...)`) must skip, loudly, rather than crash.
+  const skip = Object.assign((...args: Parameters<typeof test.skip>) => test.skip(...args), {
+    serial: test.serial.skip,
+    skip: test.skip,
+  });
+  return skip as unknown as typeof test;
 }
 
 /** The addon for a test body: throws the load error (so CI reports exactly what is missing). */

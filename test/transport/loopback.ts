@@ -10,7 +10,7 @@
  */
 
 import { encodeHeader, type RpcRdmaHeaderInput } from '../../rdma-backend/protocol/index.js';
-import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
+import { createSoftProvider, type SoftProviderOptions } from '../../rdma-backend/providers/soft/index.js';
 import {
   type InboundCall,
   type RequesterHandler,
@@ -191,13 +191,15 @@ export interface LoopbackOptions {
   server?: TransportOptions;
   /** A distinct peer key per test keeps the per-peer version memory from leaking between tests. */
   peerKey?: string;
+  /** Options of both soft devices (e.g. `ownedMemoryOnly` for the native provider's memory rules). */
+  provider?: SoftProviderOptions;
 }
 
 let keySeq = 0;
 
 export async function loopback(o: LoopbackOptions = {}): Promise<Loopback> {
-  const serverDevice = await createSoftProvider().openDevice();
-  const clientDevice = await createSoftProvider().openDevice();
+  const serverDevice = await createSoftProvider(o.provider).openDevice();
+  const clientDevice = await createSoftProvider(o.provider).openDevice();
   const responder = new EchoResponder();
   let server: RpcRdmaConnection | null = null;
   let serverReady: () => void = () => {};

@@ -107,6 +107,10 @@ export class NativeDevice implements Device, ConnectionHost {
     }
   }
 
+  canRegister(buffer: Buffer): boolean {
+    return this.addon.isAddonBuffer(buffer.buffer);
+  }
+
   private alive(): void {
     if (this.closed) throw new VerbsError('VERBS_DESTROYED', 'device is closed', { device: this.name });
   }

@@ -46,6 +46,12 @@ export interface SoftProviderOptions {
   /** Default IRD and ORD when the consumer gives none. Default 32. */
   defaultIrd?: number;
   defaultOrd?: number;
+  /**
+   * Register only memory from `device.allocBuffer()`, as the native provider must (hardware pins pages,
+   * and a `Buffer.allocUnsafe` pool slab shares its pages with unrelated data). Off by default; tests
+   * turn it on to run the native provider's memory rules where no device exists. Default false.
+   */
+  ownedMemoryOnly?: boolean;
 }
 
 /** ESTABLISHED/REJECTED/DISCONNECTED etc. are delivered after the current call stack, in order. */

@@ -50,6 +50,7 @@ export function resolveOptions(o: SoftProviderOptions = {}): Required<SoftProvid
     mpaRevision: o.mpaRevision ?? 2,
     defaultIrd: o.defaultIrd ?? 32,
     defaultOrd: o.defaultOrd ?? 32,
+    ownedMemoryOnly: o.ownedMemoryOnly ?? false,
   };
   // A ULPDU must hold the largest header (Read Request: 46 bytes) and fit MPA's 16-bit length.
   if (!Number.isInteger(r.mulpdu) || r.mulpdu < 64 || r.mulpdu > 65535) {
@@ -71,6 +72,7 @@ export class SoftDevice implements Device {
     readonly name: string,
     options: Required<SoftProviderOptions>,
   ) {
+    this.owned = options.ownedMemoryOnly ? new WeakSet() : undefined;
     this.ctx = {
       options,
       stags: this.stags,
@@ -91,8 +93,19 @@ export class SoftDevice implements Device {
     if (this.closed) throw new VerbsError('VERBS_DESTROYED', 'device is closed', { device: this.name });
   }
 
+  /** The ArrayBuffers `allocBuffer` handed out, when only those may be registered. */
+  private readonly owned: WeakSet<ArrayBufferLike> | undefined;
+
   allocBuffer(length: number): Buffer {
-    return Buffer.alloc(length);
+    if (this.owned === undefined) return Buffer.alloc(length);
+    // Its own ArrayBuffer (never a pool slab), like the native provider's page-aligned allocation.
+    const memory = new ArrayBuffer(length);
+    this.owned.add(memory);
+    return Buffer.from(memory);
+  }
+
+  canRegister(buffer: Buffer): boolean {
+    return this.owned === undefined || this.owned.has(buffer.buffer);
   }
 
   allocPd(): ProtectionDomain {

@@ -76,6 +76,13 @@ export class SoftPd implements ProtectionDomain {
   registerMemory(buffer: Buffer, access: number): MemoryRegion {
     if (this.dead) throw new VerbsError('VERBS_DESTROYED', 'protection domain was deallocated');
     if (!Buffer.isBuffer(buffer)) throw invalidArgument('registerMemory needs a Buffer');
+    if (!this.device.canRegister(buffer)) {
+      // The same refusal as the native provider's (ownedMemoryOnly).
+      throw invalidArgument(
+        'this device registers only memory from device.allocBuffer(); a Buffer.alloc/allocUnsafe buffer may share its pages with unrelated data',
+        { length: buffer.length },
+      );
+    }
     if (buffer.length > this.maxMrSize) {
       throw invalidArgument('region larger than maxMrSize', { length: buffer.length, max: this.maxMrSize });
     }
