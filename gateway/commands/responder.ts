@@ -8,7 +8,7 @@ import { selectProvider } from '../../rdma-backend/providers/select.js';
 import { formatHostPort } from '../../tcp-frontend/address.js';
 import { loadConfig } from '../config.js';
 import { defaultRegistry, transportOptions } from '../gateway.js';
-import { componentLogger, createLogger } from '../logging.js';
+import { createLogger } from '../logging.js';
 import { Responder } from '../responder.js';
 import { serveTestProgram, type TestProgramServer } from '../test-program/server.js';
 import type { CommandContext } from './context.js';
@@ -16,8 +16,14 @@ import { waitForStopSignal } from './signals.js';
 
 export async function responder(ctx: CommandContext): Promise<number> {
   const { config } = loadConfig({ env: ctx.env, flags: ctx.args.flags });
-  const root = createLogger({ level: config.log.level, format: config.log.format });
-  const log = componentLogger(root, 'responder');
+  // The process's role is a base field of every line; components below add `component` (a child
+  // binding is appended, never replaced, so the process logger itself must not carry one).
+  const root = createLogger({
+    level: config.log.level,
+    format: config.log.format,
+    base: { role: 'responder' },
+  });
+  const log = root;
   const { provider, reason } = selectProvider(config.rdma.provider);
   const transport = transportOptions(config);
   let testProgram: TestProgramServer | null = null;
@@ -39,7 +45,7 @@ export async function responder(ctx: CommandContext): Promise<number> {
     registry: defaultRegistry(),
     transport,
     maxRecordSize: transport.maxChunkSize,
-    logger: log,
+    logger: log.child({ component: 'responder' }),
   });
   const bound = await r.listen();
   ctx.stdout.write(

@@ -6,7 +6,7 @@
 import { formatHostPort, parseHostPort } from '../../tcp-frontend/address.js';
 import { takeFlagAll } from '../cli-args.js';
 import { loadConfig } from '../config.js';
-import { componentLogger, createLogger } from '../logging.js';
+import { createLogger } from '../logging.js';
 import { TEST_PROGRAM, TEST_VERSION } from '../test-program/constants.js';
 import { serveTestProgram } from '../test-program/server.js';
 import type { CommandContext } from './context.js';
@@ -20,8 +20,14 @@ export async function serveTestProgramCommand(ctx: CommandContext): Promise<numb
     parseHostPort(t),
   );
   const { config } = loadConfig({ env: ctx.env, flags: ctx.args.flags });
-  const root = createLogger({ level: config.log.level, format: config.log.format });
-  const log = componentLogger(root, 'test-program');
+  // The process's role is a base field of every line; components below add `component` (a child
+  // binding is appended, never replaced, so the process logger itself must not carry one).
+  const root = createLogger({
+    level: config.log.level,
+    format: config.log.format,
+    base: { role: 'test-program' },
+  });
+  const log = root;
   const { maxConnections, maxRecordSize, maxCallsInFlight, idleTimeoutMs } = config.frontend;
   const server = await serveTestProgram({
     listen,

@@ -11,7 +11,7 @@ import { formatHostPort, type HostPort } from '../../tcp-frontend/address.js';
 import { DEFAULT_FRONTEND_PORT, type GatewayConfig, loadConfig } from '../config.js';
 import { startGatewayAdmin } from '../control.js';
 import { type Gateway, startGateway } from '../gateway.js';
-import { componentLogger, createLogger } from '../logging.js';
+import { createLogger } from '../logging.js';
 import { TEST_PROGRAM } from '../test-program/constants.js';
 import type { CommandContext } from './context.js';
 import { defaultTarget } from './ping.js';
@@ -34,8 +34,14 @@ export async function demo(ctx: CommandContext): Promise<number> {
 }
 
 async function run(ctx: CommandContext, config: GatewayConfig, command: string): Promise<number> {
-  const root = createLogger({ level: config.log.level, format: config.log.format });
-  const log = componentLogger(root, 'gateway');
+  // The process's role is a base field of every line; components below add `component` (a child
+  // binding is appended, never replaced, so the process logger itself must not carry one).
+  const root = createLogger({
+    level: config.log.level,
+    format: config.log.format,
+    base: { role: 'gateway' },
+  });
+  const log = root;
   const started = Date.now();
   const gateway = await startGateway({ config, logger: log });
   // The root logger, so that a log-level change through the admin API reaches every component.

@@ -22,13 +22,13 @@ interface Started {
 }
 
 /** `npm start`'s command with a free port (2049 may be taken on a test machine) and quiet logs. */
-function npmStart(): Promise<Started> {
+function npmStart(logLevel = 'warn'): Promise<Started> {
   const [cmd, ...args] = pkg.scripts.start.split(' ');
   if (cmd !== 'node') throw new Error(`unexpected start script: ${pkg.scripts.start}`);
   const began = Date.now();
   const child = spawn(
     process.execPath,
-    [...args, '--listen', '127.0.0.1:0', '--admin-listen', '127.0.0.1:0', '--log-level', 'warn'],
+    [...args, '--listen', '127.0.0.1:0', '--admin-listen', '127.0.0.1:0', '--log-level', logLevel],
     {
       cwd: ROOT,
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -117,4 +117,31 @@ test('npm start serves within seconds; ping answers through it; SIGTERM drains a
   );
   t.is(await exitOf(g.child), 0, g.output());
   client.rpc.destroy();
+});
+
+test('every log line of a running gateway is one JSON object with each field once', async (t) => {
+  const g = await npmStart('debug');
+  t.teardown(() => {
+    if (g.child.exitCode === null) g.child.kill('SIGKILL');
+  });
+  const ping = await cli(['ping', '--target', `127.0.0.1:${g.port}`, '--count', '2']);
+  t.is(ping.code, 0, ping.stderr);
+  g.child.kill('SIGTERM');
+  t.is(await exitOf(g.child), 0, g.output());
+  const lines = g
+    .output()
+    .split('\n')
+    .filter((l) => l.startsWith('{'));
+  t.true(lines.length >= 5, `the gateway logged at debug level: ${lines.length} lines`);
+  const components = new Set<string>();
+  for (const line of lines) {
+    const parsed = JSON.parse(line) as { role?: string; component?: string };
+    t.is(parsed.role, 'gateway', line);
+    if (parsed.component) components.add(parsed.component);
+    // A child binding is appended, not replaced: a nested component logger would print the key twice.
+    for (const key of ['"component":', '"role":', '"pid":', '"name":']) {
+      t.true(line.split(key).length - 1 <= 1, `${key} more than once in ${line}`);
+    }
+  }
+  t.true(components.has('frontend') && components.has('responder'), [...components].join(', '));
 });
