@@ -69,7 +69,12 @@ export interface GatewayConfig {
   // Program routing (issue 14, docs/routing.md).
   /** Routes that replace the default ones program by program (empty: the defaults). */
   routes: Route[];
-  passthrough: { upstream: HostPort | 'off'; connections: number; connectTimeoutMs: number };
+  passthrough: {
+    upstream: HostPort | 'off';
+    discover: HostPort | 'auto' | 'off';
+    connections: number;
+    connectTimeoutMs: number;
+  };
   portmapper: { enabled: boolean; listen: HostPort[]; register: boolean };
   /** Extra listeners serving only some programs. */
   listeners: ProgramListener[];
@@ -85,7 +90,7 @@ type Kind =
   | { type: 'size'; min: number; max: number; multipleOf?: number }
   | { type: 'enum'; values: readonly (string | number | boolean)[] }
   | { type: 'string' }
-  | { type: 'hostport'; defaultPort?: number; allowOff?: boolean }
+  | { type: 'hostport'; defaultPort?: number; allowOff?: boolean; allowAuto?: boolean }
   | { type: 'hostports'; defaultPort: number }
   | { type: 'endpoint' }
   | { type: 'cidrs' }
@@ -279,6 +284,12 @@ export const CONFIG_SCHEMA: readonly KeyDef[] = [
     doc: "The TCP server of `tcp` routes that name none (`HOST:PORT`: the NFS server's MOUNT/NLM/NSM port), or `off`.",
   },
   {
+    key: 'passthrough.discover',
+    kind: { type: 'hostport', allowOff: true, allowAuto: true, defaultPort: 111 },
+    default: 'auto',
+    doc: "Where the gateway asks, at start, which versions of MOUNT, NLM, NSM and rquota the server registers for TCP and on which ports (its portmapper, PMAP DUMP): default routes then go to each program's own port and only those programs are advertised. `auto`: the host of `passthrough.upstream`, port 111; `HOST[:PORT]`; `off` (or no answer): every such program goes to `passthrough.upstream`.",
+  },
+  {
     key: 'passthrough.connections',
     kind: { type: 'int', min: 1, max: 64 },
     default: 1,
@@ -439,6 +450,7 @@ function coerce(def: KeyDef, raw: unknown, origin: Origin): unknown {
       return String(raw);
     case 'hostport':
       if (k.allowOff && raw === 'off') return 'off';
+      if (k.allowAuto && raw === 'auto') return 'auto';
       return parseHostPortFor(def, origin, raw, k.defaultPort);
     case 'hostports': {
       const items = Array.isArray(raw)

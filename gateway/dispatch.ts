@@ -169,6 +169,23 @@ export class RoutingTable {
     return [...out].sort((a, b) => a - b);
   }
 
+  /**
+   * For a program routed only version by version: the lowest and highest routed version, which a call
+   * for another version is told in PROG_MISMATCH (RFC 5531 §9). undefined when the program has a route
+   * for every version, or none.
+   */
+  versionRange(program: number): { low: number; high: number } | undefined {
+    if (!this.versioned.has(program) || this.byProgram.has(program)) return undefined;
+    let low = Number.MAX_SAFE_INTEGER;
+    let high = -1;
+    for (const r of this.routes) {
+      if (r.program !== program || r.version === null) continue;
+      if (r.version < low) low = r.version;
+      if (r.version > high) high = r.version;
+    }
+    return { low, high };
+  }
+
   /** Programs with at least one route, ascending. */
   programs(): number[] {
     return [...new Set(this.routes.map((r) => r.program))].sort((a, b) => a - b);
@@ -184,6 +201,8 @@ export interface DispatchStats {
   tcp: number;
   local: number;
   unavailable: number;
+  /** Calls for a version of a routed program that no route serves: PROG_MISMATCH from the gateway. */
+  versionMismatch: number;
   /** Replies from clients (backchannel) handed to the RDMA route. */
   backchannelReplies: number;
   /** Calls by program name (`nfs`, `mountd`, or the number), whatever the route. */
@@ -210,6 +229,8 @@ export interface DispatcherOptions {
 
 /** Largest PROG_UNAVAIL reply: xid, msg_type, reply_stat, verifier AUTH_NONE (2 words), accept_stat. */
 const PROG_UNAVAIL_SIZE = 24;
+/** PROG_MISMATCH adds mismatch_info {low, high}. */
+const PROG_MISMATCH_SIZE = PROG_UNAVAIL_SIZE + 8;
 
 export class Dispatcher implements FrontendHandler {
   readonly stats: DispatchStats = {
@@ -217,6 +238,7 @@ export class Dispatcher implements FrontendHandler {
     tcp: 0,
     local: 0,
     unavailable: 0,
+    versionMismatch: 0,
     backchannelReplies: 0,
     byProgram: {},
   };
@@ -276,7 +298,9 @@ export class Dispatcher implements FrontendHandler {
     const allowed = this.listeners.get(conn.localPort);
     const route = allowed && !allowed.has(program) ? undefined : this.table.lookup(program, version);
     if (route === undefined) {
-      this.progUnavail(conn, record, program, version);
+      const range = allowed && !allowed.has(program) ? undefined : this.table.versionRange(program);
+      if (range === undefined) this.progUnavail(conn, record, program, version);
+      else this.progMismatch(conn, record, program, version, range);
       return;
     }
     switch (route.kind) {
@@ -313,9 +337,29 @@ export class Dispatcher implements FrontendHandler {
     encodeAcceptedReply(w, { xid: record.readUInt32BE(0), acceptStat: AcceptStat.PROG_UNAVAIL });
     conn.sendReply([w.view()]);
   }
+
+  /** RFC 5531 §9: "PROG_MISMATCH: remote can't support version #", with the versions it does support. */
+  private progMismatch(
+    conn: FrontendConnection,
+    record: Buffer,
+    program: number,
+    version: number,
+    mismatch: { low: number; high: number },
+  ): void {
+    this.stats.versionMismatch++;
+    conn.log.debug({ program, version, ...mismatch }, 'no route for the version: PROG_MISMATCH');
+    const w = this.writer.reset(Buffer.allocUnsafe(PROG_MISMATCH_SIZE), 0);
+    encodeAcceptedReply(w, {
+      xid: record.readUInt32BE(0),
+      acceptStat: AcceptStat.PROG_MISMATCH,
+      mismatch,
+    });
+    conn.sendReply([w.view()]);
+  }
 }
 
 /** Logs the table once at start, one line per route. */
+
 export function describeTable(table: RoutingTable): string[] {
   return table.routes.map(formatRoute);
 }
@@ -326,21 +370,70 @@ export function describeTable(table: RoutingTable): string[] {
 /** The servers' TCP-only programs (RFC 8267 §6 puts only NFS and NFS_ACL on RDMA). */
 const TCP_SIDE_PROGRAMS = [MOUNT_PROGRAM, NLM_PROGRAM, NSM_PROGRAM, RQUOTA_PROGRAM];
 
+/** The programs RFC 8267 §6 puts on RDMA (and the gateway's own test program, behind the responder). */
+const RDMA_SIDE_PROGRAMS = [NFS_PROGRAM, NFS_ACL_PROGRAM, TEST_PROGRAM];
+
+function discoveredVersions(discovered: readonly UpstreamRegistration[], program: number): number[] {
+  const out = new Set<number>();
+  for (const r of discovered) if (r.program === program) out.add(r.version);
+  return [...out].sort((a, b) => a - b);
+}
+
+/** The TCP registrations of the server's portmapper (`passthrough.discover`), when it was asked. */
+export interface UpstreamRegistration {
+  program: number;
+  version: number;
+  port: number;
+}
+
 /**
  * The default routes: NFS, NFS_ACL and the test program over RDMA; MOUNT, NLM, NSM, rquota through the
  * TCP passthrough when an upstream is configured (else over RDMA, as before routing existed: a server
  * reached through the embedded responder serves them on its NFS port); the portmapper locally when on.
+ *
+ * With `discovered` (what the server's portmapper lists for TCP), each program gets one route per version
+ * the server registers — the TCP-side ones to the port it registers them on (the host of
+ * `passthrough.upstream`) — and none when the server does not serve it: the gateway then neither
+ * advertises it nor forwards its calls (PROG_UNAVAIL, or PROG_MISMATCH for an unserved version, as the
+ * server itself would answer). NFS keeps a route for every version when the server lists none.
  */
-export function defaultRoutes(config: GatewayConfig): Route[] {
-  const routes: Route[] = [NFS_PROGRAM, NFS_ACL_PROGRAM, TEST_PROGRAM].map((program) => ({
-    program,
-    version: null,
-    kind: 'rdma',
-    upstream: null,
-  }));
-  const side = config.passthrough.upstream === 'off' ? 'rdma' : 'tcp';
-  for (const program of TCP_SIDE_PROGRAMS)
-    routes.push({ program, version: null, kind: side, upstream: null });
+export function defaultRoutes(
+  config: GatewayConfig,
+  discovered: readonly UpstreamRegistration[] | null = null,
+): Route[] {
+  const upstream = config.passthrough.upstream;
+  const routes: Route[] = [];
+  for (const program of RDMA_SIDE_PROGRAMS) {
+    const versions = discovered === null || upstream === 'off' ? [] : discoveredVersions(discovered, program);
+    if (versions.length > 0) {
+      for (const version of versions) routes.push({ program, version, kind: 'rdma', upstream: null });
+    } else if (discovered === null || upstream === 'off' || program === NFS_PROGRAM) {
+      // Without discovery every version goes to the server; NFS always does (an NFSv4-only server need
+      // not register with a portmapper at all).
+      routes.push({ program, version: null, kind: 'rdma', upstream: null });
+    }
+  }
+  if (upstream === 'off') {
+    for (const program of TCP_SIDE_PROGRAMS)
+      routes.push({ program, version: null, kind: 'rdma', upstream: null });
+  } else if (discovered === null) {
+    for (const program of TCP_SIDE_PROGRAMS)
+      routes.push({ program, version: null, kind: 'tcp', upstream: null });
+  } else {
+    const seen = new Set<string>();
+    for (const reg of discovered) {
+      if (!TCP_SIDE_PROGRAMS.includes(reg.program)) continue;
+      const k = `${reg.program}/${reg.version}`;
+      if (seen.has(k)) continue; // PMAP v2 holds one port per (program, version, protocol)
+      seen.add(k);
+      routes.push({
+        program: reg.program,
+        version: reg.version,
+        kind: 'tcp',
+        upstream: { host: upstream.host, port: reg.port },
+      });
+    }
+  }
   if (config.portmapper.enabled)
     routes.push({ program: PORTMAP_PROGRAM, version: null, kind: 'local', upstream: null });
   return routes;
@@ -355,10 +448,13 @@ function configError(key: string, message: string, details: Record<string, unkno
  * default. Throws ConfigError (naming `routes`) for a tcp route with no upstream, or a local route for a
  * program the gateway does not serve itself.
  */
-export function routingTableFor(config: GatewayConfig): RoutingTable {
+export function routingTableFor(
+  config: GatewayConfig,
+  discovered: readonly UpstreamRegistration[] | null = null,
+): RoutingTable {
   const configured = config.routes;
   const named = new Set(configured.map((r) => r.program));
-  const routes = [...defaultRoutes(config).filter((r) => !named.has(r.program)), ...configured];
+  const routes = [...defaultRoutes(config, discovered).filter((r) => !named.has(r.program)), ...configured];
   for (const r of routes) {
     if (r.kind === 'tcp' && r.upstream === null && config.passthrough.upstream === 'off') {
       throw configError('routes', `'${formatRoute(r)}' names no upstream and passthrough.upstream is off`, {

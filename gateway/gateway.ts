@@ -18,7 +18,7 @@ import {
   type TransportOptions,
 } from '../rdma-backend/transport/index.js';
 import type { Device } from '../rdma-backend/verbs/index.js';
-import type { HostPort } from '../tcp-frontend/address.js';
+import { formatHostPort, type HostPort } from '../tcp-frontend/address.js';
 import { type BoundAddress, FrontendServer, type FrontendStats } from '../tcp-frontend/server.js';
 import type { GatewayConfig } from './config.js';
 import {
@@ -31,6 +31,7 @@ import {
 import { closeDeviceSoon, type EmbeddedPeer, startEmbeddedPeer } from './embedded.js';
 import { silentLogger } from './logging.js';
 import { Passthrough, type PassthroughStats } from './passthrough/index.js';
+import { dumpPortmapper, type Registration } from './portmapper/discover.js';
 import {
   buildMappings,
   type Mapping,
@@ -204,7 +205,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   });
   // Program routing (issue 14): the dispatcher sends each call to the router, the passthrough or the
   // portmapper by its program; configuration errors surface here, before anything listens.
-  const table = routingTableFor(config);
+  const table = routingTableFor(config, await discoverUpstream(config, log));
   const plan = listenPlanFor(config);
   const passthrough = new Passthrough({
     defaultUpstream: config.passthrough.upstream === 'off' ? null : config.passthrough.upstream,
@@ -269,5 +270,32 @@ async function waitForReady(pool: ConnectionPool, timeoutMs: number): Promise<nu
     if (s.ready === s.size || Date.now() >= until) return s.ready;
     if (s.slots.every((slot) => slot.state === 'backoff' || slot.state === 'ready')) return s.ready;
     await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/**
+ * The server's TCP registrations, when `passthrough.discover` says where to ask (issue 14: advertise only
+ * what the server serves). null (every TCP-side program to `passthrough.upstream`) when discovery is off
+ * or the server's portmapper cannot be asked — logged, because the gateway then may advertise programs the
+ * server does not serve.
+ */
+async function discoverUpstream(config: GatewayConfig, log: Logger): Promise<Registration[] | null> {
+  const upstream = config.passthrough.upstream;
+  const where = config.passthrough.discover;
+  if (upstream === 'off' || where === 'off') return null;
+  const target = where === 'auto' ? { host: upstream.host, port: 111 } : where;
+  try {
+    const found = await dumpPortmapper(target, Math.min(config.passthrough.connectTimeoutMs, 3000));
+    log.info(
+      { portmapper: formatHostPort(target.host, target.port), registrations: found.length },
+      "learned the server's TCP programs from its portmapper",
+    );
+    return found;
+  } catch (err) {
+    log.warn(
+      { err },
+      'cannot learn which MOUNT/NLM/NSM/rquota versions the server serves: routing all of them to passthrough.upstream',
+    );
+    return null;
   }
 }

@@ -212,6 +212,29 @@ test('drop-in NFSv3 endpoint: portmapper, MOUNT over tcp, NFS over RDMA, two hos
     map.some((r) => r.proto !== 'tcp'),
     'TCP only (no UDP portmapper)',
   );
+  // passthrough.discover (default auto): the gateway asked the server's rpcbind what it serves beside NFS.
+  // Ganesha runs without NLM (and no statd runs), so neither is advertised; MOUNT is, in exactly the
+  // versions ganesha registered.
+  t.true(logHas(gateway.spec.logPath, "learned the server's TCP programs"), 'discovery answered');
+  for (const program of [100021, 100024, 100011])
+    t.false(
+      map.some((r) => r.program === program),
+      `program ${program} is not served by the server, so not advertised`,
+    );
+  const versions = (m: typeof map, port?: number) =>
+    [
+      ...new Set(
+        m
+          .filter(
+            (r) =>
+              r.program === RpcProgram.MOUNT && r.proto === 'tcp' && (port === undefined || r.port === port),
+          )
+          .map((r) => r.version),
+      ),
+    ].sort();
+  t.deepEqual(versions(map, GATEWAY.mount), versions(serverMap), 'MOUNT versions as ganesha registered them');
+  // NFS_ACL and the gateway's test program are not ganesha's: not advertised either.
+  t.false(map.some((r) => r.program === 100227 || r.program === 0x20475754));
 
   // showmount -e <gateway>: MOUNT EXPORT, found through the gateway's portmapper, relayed over tcp.
   const sm = await runIn(gw, 'showmount', ['-e', gw.address]);

@@ -19,6 +19,8 @@ async function start(): Promise<Gateway> {
       ['portmapper-enabled', ['true']],
       ['portmapper-listen', ['127.0.0.1:0']],
       ['passthrough-upstream', ['127.0.0.1:9']],
+      // Every TCP-side program advertised, whatever a portmapper on this host lists (discover.test.ts).
+      ['passthrough-discover', ['off']],
       ['listeners', ['127.0.0.1:0=mount']],
     ]),
   });
