@@ -36,6 +36,25 @@ function pick<T>(rand: () => number, items: readonly T[]): T | undefined {
   return items.length === 0 ? undefined : items[Math.floor(rand() * items.length)];
 }
 
+/**
+ * Runs the mix again and again until the fault injector says it is finished, so the load never ends
+ * before every kind of fault has had its moment (a fixed mix on a fast machine can finish first, and then
+ * a fault kind is never tried). Resolves to the number of complete passes.
+ */
+async function loadUntilInjected(
+  clients: ResilientClient[],
+  mix: ReturnType<typeof callMix>,
+  depth: number,
+  injecting: () => boolean,
+): Promise<number> {
+  let passes = 0;
+  do {
+    await runMix(clients, mix, depth);
+    passes++;
+  } while (injecting());
+  return passes;
+}
+
 function clientsFor(g: Gateway, n: number, totals = newTotals()) {
   const port = g.addresses[0].port;
   return {
@@ -54,21 +73,23 @@ test('RDMA connections killed between Send and Reply, in Read and Write chunk tr
     await g.stop(0);
   });
   const mix = callMix(rand, 360, 80 * 1024 * 1024, 0.25);
-  const work = runMix(clients, mix, 3).then(() => 'done');
+  let injecting = true;
+  const work = loadUntilInjected(clients, mix, 3, () => injecting);
   const injected = { betweenSendAndReply: 0, duringReadChunk: 0, duringWriteChunk: 0, duringReconnect: 0 };
+  const everyKind = () =>
+    injected.betweenSendAndReply > 0 &&
+    injected.duringReadChunk + injected.duringWriteChunk > 0 &&
+    injected.duringReconnect > 0;
   const responderConns = () => g.embedded?.responder.rdmaConnections() ?? [];
-  let done = false;
-  void work.then(() => {
-    done = true;
-  });
-  for (let round = 0; round < 12 && !done; round++) {
+  // At least 12 rounds; more (up to 40) only if a kind has not landed yet — e.g. no call was in flight.
+  for (let round = 0; round < 40 && (round < 12 || !everyKind()); round++) {
     await sleep(30 + rand() * 150);
     const phase = round % 4;
     if (phase === 0) {
       // A call is out on the wire and its reply not back: close the gateway's end.
-      if (await when(() => g.router.stats.inFlight > 0 || done, 3000)) {
+      if (await when(() => g.router.stats.inFlight > 0, 3000)) {
         const c = pick(rand, g.pool.connections());
-        if (c && !done) {
+        if (c) {
           c.close('fault: between Send and Reply');
           injected.betweenSendAndReply++;
         }
@@ -79,9 +100,9 @@ test('RDMA connections killed between Send and Reply, in Read and Write chunk tr
       // responder's end (the peer dropping the connection).
       const counter = phase === 1 ? 'rdmaReads' : 'rdmaWrites';
       const before = sumCounters(g, 'responder', counter);
-      if (await when(() => sumCounters(g, 'responder', counter) > before || done, 3000)) {
+      if (await when(() => sumCounters(g, 'responder', counter) > before, 3000)) {
         const c = pick(rand, responderConns());
-        if (c && !done) {
+        if (c) {
           c.close(`fault: during ${counter}`);
           if (phase === 1) injected.duringReadChunk++;
           else injected.duringWriteChunk++;
@@ -91,11 +112,11 @@ test('RDMA connections killed between Send and Reply, in Read and Write chunk tr
       // Close one, then close its replacement as soon as the responder accepts it (mid-negotiation).
       const seen = new Set<RpcRdmaConnection>(responderConns());
       const c = pick(rand, g.pool.connections());
-      if (c && !done) {
+      if (c) {
         c.close('fault: before reconnect');
-        if (await when(() => responderConns().some((x) => !seen.has(x)) || done, 3000)) {
+        if (await when(() => responderConns().some((x) => !seen.has(x)), 3000)) {
           const fresh = responderConns().find((x) => !seen.has(x));
-          if (fresh && !done) {
+          if (fresh) {
             fresh.close('fault: during reconnect');
             injected.duringReconnect++;
           }
@@ -103,16 +124,17 @@ test('RDMA connections killed between Send and Reply, in Read and Write chunk tr
       }
     }
   }
-  t.is(await work, 'done');
+  injecting = false;
+  const passes = await work;
   t.log(
-    `${totals.calls} calls (${(totals.bytes / 2 ** 20).toFixed(1)} MiB), faults ${JSON.stringify(injected)}, ` +
+    `${passes} passes of the mix, ${totals.calls} calls (${(totals.bytes / 2 ** 20).toFixed(1)} MiB), faults ${JSON.stringify(injected)}, ` +
       `router retransmits ${g.router.stats.retransmits}, client resends ${totals.resent}, reconnects ${g.pool
         .snapshot()
         .slots.map((s) => s.reconnects)}`,
   );
   t.deepEqual(totals.errors, []);
   t.is(totals.lost, 0);
-  t.is(totals.completed, mix.length);
+  t.is(totals.completed, passes * mix.length);
   t.true(injected.betweenSendAndReply > 0, 'faults between Send and Reply');
   t.true(injected.duringReadChunk + injected.duringWriteChunk > 0, 'faults during chunk transfers');
   t.true(injected.duringReconnect > 0, 'faults during reconnect');
@@ -136,26 +158,26 @@ test('TCP clients dropped at random moments with calls in flight: their resends 
     await g.stop(0);
   });
   const mix = callMix(rand, 300, 48 * 1024 * 1024, 0.2);
-  let done = false;
-  const work = runMix(clients, mix, 3).then(() => {
-    done = true;
-  });
+  let injecting = true;
+  const work = loadUntilInjected(clients, mix, 3, () => injecting);
   let drops = 0;
-  for (let i = 0; i < 20 && !done; i++) {
+  // At least 20 rounds; more (up to 60) only if no drop has landed on a client with a call in flight.
+  for (let i = 0; i < 60 && (i < 20 || drops === 0); i++) {
     await sleep(10 + rand() * 80);
     if (g.router.stats.inFlight > 0) {
       pick(rand, clients)?.drop();
       drops++;
     }
   }
-  await work;
+  injecting = false;
+  const passes = await work;
   const s = g.router.snapshot();
   t.log(
-    `${totals.calls} calls, ${drops} clients dropped, ${totals.resent} resends, ${totals.reconnects} reconnects; ` +
+    `${passes} passes of the mix, ${totals.calls} calls, ${drops} clients dropped, ${totals.resent} resends, ${totals.reconnects} reconnects; ` +
       `orphaned replies consumed ${s.orphanedReplies}, queued calls dropped ${s.droppedQueued}`,
   );
   t.deepEqual(totals.errors, []);
-  t.is(totals.completed, mix.length);
+  t.is(totals.completed, passes * mix.length);
   t.true(drops > 0 && totals.reconnects > 0);
   await waitFor(() => g.router.stats.inFlight === 0 && g.router.stats.queued === 0, 'orphans consumed');
   t.deepEqual(gauges(g), BASELINE);
