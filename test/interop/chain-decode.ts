@@ -88,7 +88,7 @@ export const chainDecodeV1: Scenario = {
   async run(ctx) {
     const { t } = ctx;
     const size = await exerciseFile(ctx);
-    await ctx.capture!.stop();
+    await ctx.capture!.stopComplete();
     const pcap = ctx.capture!.path;
     await checkMpaDdp(ctx, pcap);
     const stacked = await tsharkFields(pcap, 'iwarp_mpa && iwarp_ddp_rdmap && rpcordma && rpc && nfs', [
@@ -169,7 +169,7 @@ export const chainDecodeV2: Scenario = {
   capture: true,
   async run(ctx) {
     await exerciseFile(ctx);
-    await ctx.capture!.stop();
+    await ctx.capture!.stopComplete();
     const pcap = ctx.capture!.path;
     await checkMpaDdp(ctx, pcap);
     // RDMAP opcodes seen: Send (with Invalidate), RDMA Read Request / Response, RDMA Write.

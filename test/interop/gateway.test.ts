@@ -10,7 +10,17 @@ import { gatewayTarget } from './harness/gateway-target.js';
 import { runScenario } from './harness/scenario.js';
 import { nfsv3Files, SCENARIOS } from './scenarios.js';
 
-const PEERS = ['ganesha.nfsd', 'rpcbind', 'rpcinfo', 'nfs-ls', 'nfs-cp', 'nfs-cat', 'tshark', 'timeout'];
+const PEERS = [
+  'ganesha.nfsd',
+  'rpcbind',
+  'rpcinfo',
+  'nfs-ls',
+  'nfs-cp',
+  'nfs-cat',
+  'tshark',
+  'dumpcap',
+  'timeout',
+];
 const test = testWithPeers(...PEERS);
 
 const v1 = gatewayTarget(1);

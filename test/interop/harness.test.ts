@@ -5,12 +5,20 @@
  * config carries the settings DESIGN §4 requires, libnfs helpers refuse to overwrite, and a capture is
  * really running before the first connection.
  */
+
+import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:net';
+import { connect, createServer, type Server } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import test from 'ava';
 import { requireExecutable, testWithPeers } from '../helpers/peers.js';
-import { startCapture, tsharkFields } from './harness/capture.js';
+import {
+  CaptureIncompleteError,
+  droppedFromLog,
+  startCapture,
+  tcpSequenceGaps,
+  tsharkFields,
+} from './harness/capture.js';
 import { sha256File, writeRandomFile } from './harness/checksum.js';
 import { type NfsEndpoint, universalAddress } from './harness/endpoint.js';
 import { ganeshaConfig } from './harness/ganesha.js';
@@ -27,6 +35,7 @@ import {
   RpcPingError,
   rpcNullPing,
 } from './harness/rpc-ping.js';
+import { direct, runScenario, type Scenario } from './harness/scenario.js';
 import { InteropSession, ProcessNotReadyError } from './harness/session.js';
 
 /** Whether any non-zombie member of the group remains, after giving the kernel a moment. */
@@ -262,10 +271,10 @@ test('nfs-ls output parses; libnfs and data helpers never overwrite', async (t) 
   t.is(fresh.size, 50);
 });
 
-testWithPeers('tshark')(
+testWithPeers('tshark', 'dumpcap')(
   'a capture is running before the first connection and decodes RPC on any port',
   async (t) => {
-    requireExecutable('tshark');
+    for (const p of ['tshark', 'dumpcap']) requireExecutable(p);
     const session = InteropSession.open(t);
     const { server, port } = await fragmentingNullServer();
     t.teardown(() => server.close());
@@ -285,3 +294,91 @@ testWithPeers('tshark')(
     );
   },
 );
+
+test("dumpcap's drop report is read from its log; its absence is not taken for zero", (t) => {
+  const line = (r: number, d: number, i: number) =>
+    `Packets received/dropped on interface 'Loopback: lo': ${r}/${d} (pcap:${d}/dumpcap:0/flushed:0/ps_ifdrop:${i}) (99.9%)\n`;
+  t.is(
+    droppedFromLog(`Capturing on 'Loopback: lo'\nFile: /x.pcap\nPackets captured: 5\n${line(5, 0, 0)}`),
+    0,
+  );
+  t.is(droppedFromLog(`Packets captured: 3233\n${line(3250, 17, 0)}`), 17);
+  t.is(droppedFromLog(line(100, 2, 3)), 5);
+  t.is(droppedFromLog("Capturing on 'Loopback: lo'\nFile: /x.pcap\n"), undefined);
+});
+
+testWithPeers(
+  'tshark',
+  'dumpcap',
+  'editcap',
+)(
+  'a complete capture passes stopComplete; the same capture with one data segment cut out is flagged',
+  async (t) => {
+    for (const p of ['tshark', 'dumpcap', 'editcap']) requireExecutable(p);
+    const session = InteropSession.open(t);
+    const server = createServer((s) => s.resume());
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    t.teardown(() => server.close());
+    const { port } = server.address() as { port: number };
+    const capture = await startCapture(session, 'gap-test', [port]);
+    const socket = connect(port, '127.0.0.1');
+    socket.setNoDelay(true);
+    await new Promise<void>((r) => socket.once('connect', () => r()));
+    for (let i = 0; i < 5; i++) {
+      socket.write(Buffer.alloc(1000, i));
+      await sleep(30); // acknowledged before the next write: one segment each
+    }
+    await new Promise<void>((r) => socket.end(r));
+    await sleep(50);
+    await t.notThrowsAsync(capture.stopComplete());
+    t.is(await tcpSequenceGaps(capture.path), 0);
+    const data = await tsharkFields(capture.path, `tcp.dstport == ${port} && tcp.len > 0`, ['frame.number']);
+    t.is(data.length, 5, 'five data segments captured');
+    const cut = session.path('gap-test-cut.pcap');
+    execFileSync('editcap', [capture.path, cut, data[2][0][0]]); // delete the third data segment
+    t.true((await tcpSequenceGaps(cut)) > 0, 'the hole is seen');
+    const err = new CaptureIncompleteError(cut, 0, 2);
+    t.is(err.code, 'CAPTURE_INCOMPLETE');
+    t.regex(err.message, /2 TCP segments as not captured/);
+  },
+);
+
+/** A capturing scenario whose capture is reported incomplete on its first `incompleteRuns` runs. */
+function flakyCaptureScenario(incompleteRuns: number, runs: { n: number }): Scenario {
+  return {
+    id: 'capture-retry',
+    title: 'capture retry self-test',
+    backendProtocols: [4],
+    rpcbind: 'unused',
+    capture: true,
+    async run(ctx) {
+      runs.n++;
+      const ping = await rpcNullPing(ctx.endpoint.host, ctx.endpoint.nfsPort, 100003, 4);
+      await ctx.capture!.stopComplete();
+      if (runs.n <= incompleteRuns) throw new CaptureIncompleteError(ctx.capture!.path, 1, 0);
+      ctx.t.is(ping.acceptStat, AcceptStat.SUCCESS);
+    },
+  };
+}
+
+const withGanesha = testWithPeers('ganesha.nfsd', 'tshark', 'dumpcap');
+
+withGanesha('an incomplete capture makes runScenario repeat the traffic from scratch', async (t) => {
+  requireExecutable('ganesha.nfsd');
+  const runs = { n: 0 };
+  await runScenario(t, flakyCaptureScenario(1, runs), direct);
+  t.is(runs.n, 2, 'the first run was discarded, the second counted');
+});
+
+withGanesha('a capture still incomplete after three runs fails the scenario with the reason', async (t) => {
+  requireExecutable('ganesha.nfsd');
+  const runs = { n: 0 };
+  const result = await t.try((tt) => runScenario(tt, flakyCaptureScenario(99, runs), direct));
+  const { passed, errors } = result;
+  result.discard(); // its failure is what this test expects: asserted below
+  t.false(passed);
+  t.is(runs.n, 3);
+  // ava wraps a rejection: the scenario's own error is the cause
+  const reasons = errors.map((e) => String((e as { cause?: Error }).cause?.message ?? e.message));
+  t.regex(reasons.join('\n'), /capture .* is incomplete: dumpcap reported 1 packets dropped/);
+});

@@ -5,7 +5,7 @@
  * backend ganesha and say which TCP ports are worth capturing.
  */
 import type { ExecutionContext } from 'ava';
-import { type Capture, startCapture } from './capture.js';
+import { type Capture, CaptureIncompleteError, startCapture } from './capture.js';
 import type { NfsEndpoint } from './endpoint.js';
 import { type GaneshaInstance, type NfsVersion, startGanesha } from './ganesha.js';
 import { RPCBIND_PORT, useRpcbind, withoutRpcbind } from './rpcbind.js';
@@ -86,8 +86,41 @@ export interface Scenario {
   run(ctx: ScenarioContext): Promise<void>;
 }
 
-/** Sets up rpcbind, the backend ganesha, the target and the capture, then runs the scenario. */
+/** How many times a capturing scenario runs when its capture keeps missing packets. */
+const CAPTURE_ATTEMPTS = 3;
+
+/**
+ * Runs the scenario; one that captures runs inside `t.try`, so that when its capture turns out incomplete
+ * (`CaptureIncompleteError`: the capture lost packets, the peers did nothing wrong) the attempt — its
+ * processes, ports and lock released by its own teardowns — is discarded and the traffic repeated from
+ * scratch with a fresh capture. Any other failure, or the last incomplete capture, is committed as is.
+ */
 export async function runScenario(t: ExecutionContext, scenario: Scenario, target: Target): Promise<void> {
+  if (!scenario.capture) return runScenarioOnce(t, scenario, target);
+  for (let attempt = 1; ; attempt++) {
+    let incomplete: CaptureIncompleteError | undefined;
+    const result = await t.try(async (tt) => {
+      try {
+        await runScenarioOnce(tt, scenario, target);
+      } catch (err) {
+        if (err instanceof CaptureIncompleteError) incomplete = err;
+        throw err;
+      }
+    });
+    if (incomplete !== undefined && attempt < CAPTURE_ATTEMPTS) {
+      t.log(
+        `attempt ${attempt} discarded: ${incomplete.message}; repeating the traffic with a fresh capture`,
+      );
+      result.discard();
+      continue;
+    }
+    result.commit();
+    return;
+  }
+}
+
+/** Sets up rpcbind, the backend ganesha, the target and the capture, then runs the scenario once. */
+async function runScenarioOnce(t: ExecutionContext, scenario: Scenario, target: Target): Promise<void> {
   const session = InteropSession.open(t);
   let port111Silent: boolean | undefined;
   if (scenario.rpcbind === 'running') await useRpcbind(session);
