@@ -36,6 +36,7 @@ export interface GatewayConfig {
     maxRecordSize: number;
     maxCallsInFlight: number;
     idleTimeoutMs: number;
+    recordTimeoutMs: number;
     /** Client networks allowed to connect (CIDR); empty: everyone. */
     allowedClients: string[];
     /** Refuse clients whose source port is not privileged (< 1024), as the NFS `secure` option. */
@@ -149,6 +150,12 @@ export const CONFIG_SCHEMA: readonly KeyDef[] = [
     kind: { type: 'int', min: 0, max: 0x7fff_ffff },
     default: DEFAULT_FRONTEND_LIMITS.idleTimeoutMs,
     doc: 'Close a client connection after this long without traffic and with no call in flight (0: never).',
+  },
+  {
+    key: 'frontend.recordTimeoutMs',
+    kind: { type: 'int', min: 0, max: 0x7fff_ffff },
+    default: DEFAULT_FRONTEND_LIMITS.recordTimeoutMs,
+    doc: 'Close a client connection whose record (one RPC message) is still incomplete this long after its first byte, counting only time the gateway was reading (a slowloris defence; 0: never).',
   },
   // Client access control (tcp-frontend/access.ts).
   {

@@ -233,6 +233,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
       maxRecordSize: config.frontend.maxRecordSize,
       maxCallsInFlight: config.frontend.maxCallsInFlight,
       idleTimeoutMs: config.frontend.idleTimeoutMs,
+      recordTimeoutMs: config.frontend.recordTimeoutMs,
     },
     access: {
       allow: config.frontend.allowedClients,

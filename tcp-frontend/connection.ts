@@ -101,6 +101,8 @@ export class FrontendConnection {
   private holds = 0;
   private corked = false;
   private reason: CloseReason | undefined = undefined;
+  /** When the record now arriving began (Date.now()), or 0 at a record boundary. */
+  private recordStartedAt = 0;
 
   constructor(
     socket: Socket,
@@ -254,6 +256,7 @@ export class FrontendConnection {
     this.bytesIn += chunk.length;
     this.stats.bytesIn += chunk.length;
     if (this.closing) return;
+    const recordsBefore = this.recordsIn;
     try {
       this.decoder.push(chunk);
     } catch (err) {
@@ -265,7 +268,33 @@ export class FrontendConnection {
       // errors, so reaching this is a bug in this file.
       throw err;
     }
+    if (this.limits.recordTimeoutMs > 0) {
+      // A record that completed in this chunk restarts the clock for the one it left partly received.
+      if (this.decoder.atRecordBoundary) this.recordStartedAt = 0;
+      else if (this.recordStartedAt === 0 || this.recordsIn !== recordsBefore)
+        this.recordStartedAt = Date.now();
+    }
     if (!this.closed) this.updateReading();
+  }
+
+  /**
+   * Closes the connection (RECORD_TIMEOUT) if its current record has been arriving for longer than the
+   * record timeout while the gateway was reading; called by the server's sweep.
+   */
+  checkRecordDeadline(now: number): void {
+    if (this.recordStartedAt === 0 || this.readPaused || this.closing) return;
+    const elapsedMs = now - this.recordStartedAt;
+    if (elapsedMs < this.limits.recordTimeoutMs) return;
+    const receivedBytes = this.decoder.bufferedBytes;
+    this.log.info(
+      { recordTimeoutMs: this.limits.recordTimeoutMs, elapsedMs, receivedBytes },
+      'closing connection: record not complete in time',
+    );
+    this.destroy(
+      'RECORD_TIMEOUT',
+      `record incomplete ${elapsedMs} ms after its first byte (${receivedBytes} bytes received)`,
+      { recordTimeoutMs: this.limits.recordTimeoutMs, elapsedMs, receivedBytes },
+    );
   }
 
   private failStream(err: RecordMarkingError): void {
@@ -345,6 +374,8 @@ export class FrontendConnection {
       this.socket.pause();
     } else if (!pause && this.readPaused) {
       this.readPaused = false;
+      // The time the gateway held this client back is not the client's: its record's clock restarts.
+      if (this.recordStartedAt !== 0) this.recordStartedAt = Date.now();
       this.socket.resume();
     }
   }

@@ -3,8 +3,9 @@
  *
  * Every limit bounds memory or work one client can make the gateway spend: connections bound sockets and
  * decoder state, the record limit bounds one reassembly buffer, the in-flight limit bounds the calls (and
- * so the replies) a client can have outstanding, and the idle timeout reclaims connections of clients that
- * went away without a FIN (a NAT or a host that lost power).
+ * so the replies) a client can have outstanding, the idle timeout reclaims connections of clients that
+ * went away without a FIN (a NAT or a host that lost power), and the record timeout reclaims those of
+ * clients that trickle a record a byte at a time (slowloris), which the idle timeout never sees as idle.
  */
 import { UsageError } from '../common/errors.js';
 import { DEFAULT_MAX_FRAGMENTS, DEFAULT_MAX_RECORD_SIZE, MAX_FRAGMENT_LENGTH } from './record-marking.js';
@@ -26,6 +27,11 @@ export interface FrontendLimits {
    * is closed. 0 disables the timeout.
    */
   idleTimeoutMs: number;
+  /**
+   * Milliseconds a record may take from its first byte to its last while the gateway is reading the
+   * client's socket (time the gateway itself holds the client back does not count). 0 disables it.
+   */
+  recordTimeoutMs: number;
 }
 
 export const DEFAULT_FRONTEND_LIMITS: Readonly<FrontendLimits> = Object.freeze({
@@ -37,6 +43,8 @@ export const DEFAULT_FRONTEND_LIMITS: Readonly<FrontendLimits> = Object.freeze({
   maxCallsInFlight: 128,
   // Linux nfsd closes idle TCP connections after 6 minutes; the gateway does the same.
   idleTimeoutMs: 360_000,
+  // A 4 MiB WRITE needs 120 s only below ~280 kbit/s: generous for any NFS client, short for a slowloris.
+  recordTimeoutMs: 120_000,
 });
 
 const RANGES: Record<keyof FrontendLimits, [number, number]> = {
@@ -46,6 +54,7 @@ const RANGES: Record<keyof FrontendLimits, [number, number]> = {
   maxCallsInFlight: [1, 1_000_000],
   // setTimeout's largest delay (2^31-1 ms); Node would silently turn a larger one into 1 ms.
   idleTimeoutMs: [0, 0x7fff_ffff],
+  recordTimeoutMs: [0, 0x7fff_ffff],
 };
 
 /** The defaults overridden by `partial`; throws `UsageError` (code ERR_FRONTEND_LIMIT) naming a bad limit. */

@@ -67,6 +67,7 @@ export class FrontendServer {
   private closing = false;
   private refusing = false;
   private readonly closeWaiters: (() => void)[] = [];
+  private recordSweep: NodeJS.Timeout | undefined;
 
   constructor(options: FrontendServerOptions) {
     this.limits = resolveLimits(options.limits);
@@ -115,6 +116,13 @@ export class FrontendServer {
       await this.closeListeners();
       throw err;
     }
+    if (this.limits.recordTimeoutMs > 0 && this.recordSweep === undefined) {
+      // One sweep for all connections rather than a timer per record: a record's deadline is then late by
+      // at most a quarter of the timeout (and at most 1 s).
+      const periodMs = Math.min(1000, Math.max(25, Math.floor(this.limits.recordTimeoutMs / 4)));
+      this.recordSweep = setInterval(sweepRecordDeadlines, periodMs, this.connections);
+      this.recordSweep.unref();
+    }
     const bound = this.addresses();
     this.log.info({ addresses: bound.map((a) => formatHostPort(a.host, a.port)) }, 'frontend listening');
     return bound;
@@ -137,6 +145,8 @@ export class FrontendServer {
    */
   async close(options: CloseOptions = {}): Promise<void> {
     this.closing = true;
+    clearInterval(this.recordSweep);
+    this.recordSweep = undefined;
     const listenersClosed = this.closeListeners();
     for (const conn of this.connections) conn.close('SERVER_CLOSING', 'the server is shutting down');
     if (this.connections.size > 0) {
@@ -234,4 +244,9 @@ export class FrontendServer {
       for (const resolve of this.closeWaiters.splice(0)) resolve();
     }
   }
+}
+
+function sweepRecordDeadlines(connections: ReadonlySet<FrontendConnection>): void {
+  const now = Date.now();
+  for (const conn of connections) conn.checkRecordDeadline(now);
 }

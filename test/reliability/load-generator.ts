@@ -2,15 +2,16 @@
  * The connection flood of load.test.ts, run as a child process so that its 10,000 sockets do not count
  * against the test process's descriptor limit (the parent raises the child's with `ulimit -n`).
  *
- * argv: PORT COUNT. Opens COUNT connections to 127.0.0.1:PORT as fast as the kernel accepts them: even ones
- * stay idle, odd ones are slowloris clients that send a record mark announcing 1000 bytes and 10 of them,
- * then nothing. Prints one JSON line when the first wave is open ({"phase":"open",...}) and one when every
+ * argv: PORT COUNT DEADLINE_MS TRICKLE_MS. Opens COUNT connections to 127.0.0.1:PORT as fast as the kernel
+ * accepts them: even ones stay idle, odd ones are slowloris clients that send a record mark announcing 1000
+ * bytes and 10 of them, then one more byte every TRICKLE_MS (never silent long enough for an idle timeout,
+ * never finishing the record; 0: nothing more). Prints one JSON line when the first wave is open ({"phase":"open",...}) and one when every
  * socket has closed or the deadline passed ({"phase":"done",...}): how many connected, how many the
  * server closed, how quickly, and how many failed to connect.
  */
 import { connect, type Socket } from 'node:net';
 
-const [port, count, deadlineMs] = process.argv.slice(2).map(Number);
+const [port, count, deadlineMs, trickleMs = 0] = process.argv.slice(2).map(Number);
 const started = Date.now();
 let connected = 0;
 let connectErrors = 0;
@@ -18,6 +19,7 @@ let closedByServer = 0;
 let open = 0;
 const closeAfterMs: number[] = [];
 const sockets: Socket[] = [];
+const slowloris: Socket[] = [];
 
 const partial = Buffer.alloc(14);
 partial.writeUInt32BE((0x8000_0000 | 1000) >>> 0, 0);
@@ -31,7 +33,10 @@ function one(i: number): Promise<void> {
       connected++;
       open++;
       opened = Date.now();
-      if (i % 2 === 1) s.write(partial);
+      if (i % 2 === 1) {
+        s.write(partial);
+        slowloris.push(s);
+      }
       resolve();
     });
     s.on('error', () => {});
@@ -49,6 +54,14 @@ function one(i: number): Promise<void> {
   });
 }
 
+const oneByte = Buffer.alloc(1, 0x5a);
+const trickle =
+  trickleMs > 0
+    ? setInterval(() => {
+        for (const s of slowloris) if (!s.destroyed) s.write(oneByte);
+      }, trickleMs)
+    : undefined;
+
 // Bounded concurrency of connect() calls: the accept queue (somaxconn) is finite.
 let next = 0;
 await Promise.all(
@@ -60,6 +73,7 @@ process.stdout.write(
   `${JSON.stringify({ phase: 'open', connected, connectErrors, open, ms: Date.now() - started })}\n`,
 );
 while (open > 0 && Date.now() - started < deadlineMs) await new Promise((r) => setTimeout(r, 50));
+clearInterval(trickle);
 closeAfterMs.sort((a, b) => a - b);
 const pct = (p: number) =>
   closeAfterMs[Math.min(closeAfterMs.length - 1, Math.floor(p * closeAfterMs.length))] ?? -1;

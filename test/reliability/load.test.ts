@@ -1,10 +1,12 @@
 /**
- * 10,000 concurrent TCP connections — half idle, half slowloris (a record announced and never finished) —
+ * 10,000 concurrent TCP connections — half idle, half slowloris (a record announced, then trickled a byte at
+ * a time, never finished) —
  * against a TCP frontend capped at 2,000, while four active clients keep calling. The flood runs in a
  * child process (load-generator.ts) with its own raised descriptor limit.
  *
  * Promised and checked: connections over the cap are refused at once (counted, the server never holds
- * more than the cap); idle and half-sent connections are closed by the idle timeout; every slot is
+ * more than the cap); idle connections are closed by the idle timeout, trickling ones (never idle) by the
+ * record timeout; every slot is
  * reclaimed; the heap and RSS cost per open connection stay under stated bounds; the active clients keep
  * at least half their unloaded call rate while the flood is on.
  */
@@ -18,7 +20,10 @@ import { heapAfterGc, sleep } from './fuzz-kit.js';
 
 const FLOOD = Number(process.env.LOAD_CONNECTIONS ?? 10_000);
 const CAP = 2000;
-const IDLE_MS = 6000;
+const IDLE_MS = 10_000;
+const RECORD_MS = 10_000;
+/** The slowloris clients send a byte this often: never idle for IDLE_MS. */
+const TRICKLE_MS = 3000;
 /** Bounds per open connection (socket, FrontendConnection, decoder, Node's stream state). */
 const HEAP_PER_CONNECTION = 16 * 1024;
 const RSS_PER_CONNECTION = 64 * 1024;
@@ -56,7 +61,7 @@ test('10,000 idle and slowloris connections against a cap of 2,000: refused, tim
   const server = new FrontendServer({
     listen: [{ host: '127.0.0.1', port: 0 }],
     handler: new TestProgramHandler(),
-    limits: { maxConnections: CAP, idleTimeoutMs: IDLE_MS },
+    limits: { maxConnections: CAP, idleTimeoutMs: IDLE_MS, recordTimeoutMs: RECORD_MS },
   });
   const [{ port }] = await server.listen();
   t.teardown(() => server.close({ drainTimeoutMs: 0 }));
@@ -80,7 +85,7 @@ test('10,000 idle and slowloris connections against a cap of 2,000: refused, tim
     'bash',
     [
       '-c',
-      `ulimit -n 65536 2>/dev/null || ulimit -n $(ulimit -Hn); exec "${process.execPath}" "${generator}" ${port} ${FLOOD} 30000`,
+      `ulimit -n 65536 2>/dev/null || ulimit -n $(ulimit -Hn); exec "${process.execPath}" "${generator}" ${port} ${FLOOD} 40000 ${TRICKLE_MS}`,
     ],
     {
       stdio: ['ignore', 'pipe', 'inherit'],
@@ -112,10 +117,10 @@ test('10,000 idle and slowloris connections against a cap of 2,000: refused, tim
   await waitFor(() => lines.some((l) => l.phase === 'open'), 'every flood connection attempted', 30_000);
   const opened = lines.find((l) => l.phase === 'open') as GeneratorLine;
   // The cap is held by idle and half-sent connections and the churn is over: the rate must be back.
-  const holding = await rate(clients, 1000);
   const heldDuringHold = server.connections.size;
+  const holding = await rate(clients, 1000);
 
-  // Idle and half-sent connections time out; the generator reports once all of its sockets closed.
+  // Idle connections time out, trickling ones reach their record deadline; the generator reports once all of its sockets closed.
   const code = await exited;
   const done = lines.find((l) => l.phase === 'done') as GeneratorLine;
   t.is(code, 0, 'the generator exited cleanly');
@@ -138,14 +143,24 @@ test('10,000 idle and slowloris connections against a cap of 2,000: refused, tim
   t.is(opened.connected + opened.connectErrors, FLOOD, 'every connection was attempted');
   t.true(peakOpen <= CAP, `the server never held more than the cap (${peakOpen})`);
   t.true(
-    stats.connectionsRefused >= FLOOD - CAP - opened.connectErrors - (stats.closes.IDLE_TIMEOUT ?? 0),
+    stats.connectionsRefused >=
+      FLOOD -
+        CAP -
+        opened.connectErrors -
+        (stats.closes.IDLE_TIMEOUT ?? 0) -
+        (stats.closes.RECORD_TIMEOUT ?? 0),
     'connections over the cap were refused',
   );
   t.is(stats.errors.REFUSED_MAX_CONNECTIONS, stats.connectionsRefused, 'refusals carry their reason');
+  const idleClosed = stats.closes.IDLE_TIMEOUT ?? 0;
+  const recordClosed = stats.closes.RECORD_TIMEOUT ?? 0;
   t.true(
-    (stats.closes.IDLE_TIMEOUT ?? 0) >= CAP - 4 - 10,
-    `idle and half-sent connections timed out (${stats.closes.IDLE_TIMEOUT})`,
+    idleClosed + recordClosed >= CAP - 4 - 10,
+    `idle and slowloris connections timed out (idle ${idleClosed}, record ${recordClosed})`,
   );
+  // About half of the accepted connections were each kind; each kind was reclaimed by its own timeout.
+  t.true(idleClosed >= CAP / 4, `idle connections closed by the idle timeout (${idleClosed})`);
+  t.true(recordClosed >= CAP / 4, `trickling connections closed by the record timeout (${recordClosed})`);
   t.is(done.stillOpen, 0, 'the server closed every flood connection');
   t.is(held, 4, 'only the active clients remain');
   t.true(heapPer < HEAP_PER_CONNECTION, `heap per connection ${heapPer.toFixed(0)} < ${HEAP_PER_CONNECTION}`);

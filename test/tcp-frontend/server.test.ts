@@ -156,6 +156,68 @@ test('a connection idle past the timeout is closed; one with a call in flight is
   await server.close();
 });
 
+test('a record trickled past the record timeout closes its connection (RECORD_TIMEOUT); whole records at any pace do not', async (t) => {
+  const h = new HoldingHandler();
+  h.auto = true;
+  const { server, port } = await start(h, { limits: { recordTimeoutMs: 300, idleTimeoutMs: 5000 } });
+  t.teardown(() => server.close({ drainTimeoutMs: 0 }));
+  const steady = await RpcClient.connect({ host: '127.0.0.1', port });
+  const slowloris = await connectRaw(port);
+  const call = framedCall(7, PROG, 1, 0);
+  const started = Date.now();
+  slowloris.write(call.subarray(0, 10)); // record mark and 6 bytes of a 40-byte call
+  let sent = 10;
+  const trickle = setInterval(() => {
+    if (sent < call.length - 1 && !slowloris.destroyed) slowloris.write(call.subarray(sent, ++sent));
+  }, 60); // never silent for the idle timeout, never finishing the record
+  t.teardown(() => clearInterval(trickle));
+  const closedAfter = closed(slowloris).then(() => Date.now() - started);
+  // Meanwhile a steady client sends whole calls more slowly than the record timeout: never closed.
+  for (let i = 0; i < 6; i++) {
+    t.is((await steady.call(PROG, 1, 0)).acceptStat, AcceptStat.SUCCESS);
+    await new Promise((r) => setTimeout(r, 120));
+  }
+  const elapsed = await closedAfter;
+  clearInterval(trickle);
+  t.true(elapsed >= 290 && elapsed < 1500, `closed after ${elapsed} ms`);
+  await waitFor(() => h.closes.length === 1, 'the server to report the close');
+  const { reason } = h.closes[0];
+  t.is(reason.code, 'RECORD_TIMEOUT');
+  t.is(reason.details.recordTimeoutMs, 300);
+  t.true((reason.details.receivedBytes as number) >= 6);
+  t.regex(reason.message, /record incomplete \d+ ms after its first byte/);
+  t.is(server.stats.closes.RECORD_TIMEOUT, 1);
+  t.false(steady.closed);
+  t.is(h.received, 6, 'the trickled call was never dispatched');
+  await steady.close();
+});
+
+test('time the gateway holds a client back does not count against its record timeout', async (t) => {
+  const h = new HoldingHandler(); // holds every call until answerAll
+  const { server, port } = await start(h, {
+    limits: { recordTimeoutMs: 300, idleTimeoutMs: 5000, maxCallsInFlight: 1 },
+  });
+  t.teardown(() => server.close({ drainTimeoutMs: 0 }));
+  const client = await connectRaw(port);
+  client.resume(); // reads (and discards) the reply, so the server's close reaches 'close'
+  const second = framedCall(2, PROG, 1, 0);
+  // One whole call (dispatched and held: the in-flight limit pauses reading) and the start of another.
+  client.write(Buffer.concat([framedCall(1, PROG, 1, 0), second.subarray(0, 8)]));
+  await waitFor(() => h.held.length === 1, 'the first call dispatched');
+  const [conn] = server.connections;
+  t.true(conn.readPaused);
+  await new Promise((r) => setTimeout(r, 700)); // more than twice the record timeout, held by the gateway
+  t.false(client.destroyed, 'not closed while the gateway held it back');
+  t.is(h.closes.length, 0);
+  const resumed = Date.now();
+  h.answerAll(); // reading resumes: the partial record's clock starts now
+  await closed(client);
+  const afterResume = Date.now() - resumed;
+  t.true(afterResume >= 290, `closed ${afterResume} ms after reading resumed`);
+  await waitFor(() => h.closes.length === 1, 'the server to report the close');
+  t.is(h.closes[0].reason.code, 'RECORD_TIMEOUT');
+});
+
 test('the in-flight limit pauses reading: a client pipelining past it gets no more dispatched', async (t) => {
   const h = new HoldingHandler();
   const { server, port } = await start(h, { limits: { maxCallsInFlight: 4 } });
