@@ -53,6 +53,8 @@ export interface GatewayOptions {
   backoff?: BackoffOptions;
   /** Credits the embedded responder grants (default `rdma.credits`): tests shrink it to make credits short. */
   embeddedGrant?: number;
+  /** The router's hold-time sweep period (default 250 ms); tests lengthen it to prove nothing waits on it. */
+  routerTickMs?: number;
 }
 
 export interface GatewaySnapshot {
@@ -191,6 +193,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   const router = new Router({
     registry,
     holdTimeMs: config.rdma.holdTimeMs,
+    tickMs: o.routerTickMs,
     logger: log.child({ component: 'router' }),
   });
   const pool = new ConnectionPool({

@@ -56,7 +56,10 @@ export interface RouterOptions {
   registry: UlbRegistry;
   /** How long a call may wait for an RDMA connection before its client is disconnected. Default 30 s. */
   holdTimeMs?: number;
-  /** How often connections are looked up and held calls checked. Default 50 ms. */
+  /**
+   * How often held calls are checked against the hold time (and connections looked up, as a safety net:
+   * the pool's ready event is how new connections are learnt). Default 250 ms.
+   */
   tickMs?: number;
   logger?: Logger;
 }
@@ -155,6 +158,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   readonly backchannel = new BackchannelRelay(this.sessions, this.stats);
   private pool: ConnectionPool | null = null;
   private timer: NodeJS.Timeout | null = null;
+  private stopWatchingPool: (() => void) | null = null;
   private pumping = false;
   /** Next gateway XID; starts at a random value so that a restarted gateway does not reuse recent XIDs. */
   private nextXid = (Math.random() * 0x1_0000_0000) >>> 0;
@@ -165,7 +169,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   constructor(options: RouterOptions) {
     this.registry = options.registry;
     this.holdTimeMs = options.holdTimeMs ?? 30_000;
-    this.tickMs = options.tickMs ?? 50;
+    this.tickMs = options.tickMs ?? 250;
     this.log = options.logger ?? pino({ level: 'silent' });
   }
 
@@ -173,6 +177,13 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   attach(pool: ConnectionPool): void {
     this.pool = pool;
     this.refreshLinks();
+    // A (re)connected connection takes the held calls at once; the tick is only the hold-time sweep and a
+    // safety net, not how the router learns of connections.
+    this.stopWatchingPool ??= pool.onReady(() => {
+      if (this.closed) return;
+      this.refreshLinks();
+      this.pump();
+    });
     if (this.timer === null) {
       this.timer = setInterval(() => this.tick(), this.tickMs);
       this.timer.unref();
@@ -184,6 +195,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     this.closed = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
+    this.stopWatchingPool?.();
+    this.stopWatchingPool = null;
   }
 
   /**

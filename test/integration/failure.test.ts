@@ -76,3 +76,48 @@ test('calls held while the peer is down complete once it comes up within the hol
   t.is(g.router.stats.holdExpired, 0);
   t.is(responder.stats.callsForwarded, 3);
 });
+
+test('held calls go out as soon as a connection is ready, not at the next router sweep', async (t) => {
+  const port = await freePort();
+  // A sweep period far beyond the test's timeout: only the pool's ready event can release the calls.
+  const g = await startTestGateway({
+    peer: { host: '127.0.0.1', port },
+    holdTimeMs: 600_000,
+    backoffMs: 20,
+    routerTickMs: 600_000,
+  });
+  const client = await TestProgramClient.connect({ host: '127.0.0.1', port: g.addresses[0].port });
+  const upstream = await serveTestProgram();
+  const responder = new Responder({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port,
+    upstream: { host: '127.0.0.1', port: upstream.addresses[0].port },
+    registry: defaultRegistry(),
+    transport: transportOptions(testConfig()),
+  });
+  t.teardown(async () => {
+    client.rpc.destroy();
+    await g.stop(0);
+    await responder.close();
+    await upstream.close({ drainTimeoutMs: 0 });
+  });
+  const calls = Promise.all([client.echo(Buffer.alloc(100, 1)), client.source(70_000, 5)]);
+  await waitFor(() => g.router.stats.queued === 2, 'both calls held in the router');
+  await responder.listen();
+  const listening = Date.now();
+  let timer: NodeJS.Timeout | undefined;
+  const outcome = await Promise.race([
+    calls.then(() => 'answered'),
+    new Promise((r) => {
+      timer = setTimeout(r, 5000, 'still held 5 s after the peer came up');
+    }),
+  ]);
+  clearTimeout(timer);
+  t.is(outcome, 'answered');
+  // The pool retries every ≤ 500 ms (its back-off cap here); the calls follow the connection at once.
+  const waited = Date.now() - listening;
+  t.true(waited < 2000, `answered ${waited} ms after the peer came up`);
+  t.is(g.router.stats.replies, 2);
+  t.is(g.router.stats.holdExpired, 0);
+});

@@ -18,6 +18,7 @@ export interface TestGatewayOptions {
   peer?: HostPort;
   maxCallsInFlight?: number;
   backoffMs?: number;
+  routerTickMs?: number;
 }
 
 export function testConfig(o: TestGatewayOptions = {}): GatewayConfig {
@@ -37,6 +38,7 @@ export async function startTestGateway(o: TestGatewayOptions = {}): Promise<Gate
   return startGateway({
     config: testConfig(o),
     embeddedGrant: o.grant,
+    routerTickMs: o.routerTickMs,
     backoff: { initialMs: o.backoffMs ?? 50, maxMs: 500 },
   });
 }
