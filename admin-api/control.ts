@@ -225,6 +225,9 @@ export interface UpstreamCounters {
   readChunkCalls: number;
   longCalls: number;
   longReplies: number;
+  /** Calls offering at least one Write chunk / a Reply chunk. */
+  writeChunkCalls?: number;
+  replyChunkCalls?: number;
   rdmaReads: number;
   rdmaWrites: number;
   rdmaReadBytes?: number;
@@ -239,6 +242,8 @@ export interface UpstreamCounters {
   /** RPC-over-RDMA errors by code (`ERR_VERS`, `ERR_CHUNK`, ...) and direction. */
   errorsSent: Record<string, number>;
   errorsReceived: Record<string, number>;
+  /** Calls that waited on a ready connection because no credit was free. */
+  creditStalls?: number;
   connects?: number;
   reconnects: number;
   /** Disconnects by reason code, when the pool counts them. */

@@ -331,6 +331,26 @@ export function renderGatewayMetrics({ counters, upstreams, info, readiness }: M
       }
     })(),
   );
+  if (ups.some((u) => u.writeChunkCalls !== undefined))
+    w.family(
+      `${P}rdma_calls_offering_chunk_total`,
+      'counter',
+      'Calls sent offering a Write chunk (room for a bulk result) or a Reply chunk (room for a long reply).',
+      (function* () {
+        for (const u of ups) {
+          const l = { upstream: u.id, peer: u.peer };
+          yield [{ ...l, kind: 'write' }, u.writeChunkCalls ?? 0] as [Labels, number];
+          yield [{ ...l, kind: 'reply' }, u.replyChunkCalls ?? 0] as [Labels, number];
+        }
+      })(),
+    );
+  if (ups.some((u) => u.creditStalls !== undefined))
+    w.family(
+      `${P}rdma_credit_stalls_total`,
+      'counter',
+      'Calls that waited on a ready connection because every credit the peer granted was in use.',
+      perUpstream(ups, (u) => u.creditStalls),
+    );
   w.family(
     `${P}rdma_long_replies_total`,
     'counter',

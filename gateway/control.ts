@@ -115,6 +115,11 @@ const SUMMED: readonly (keyof ConnectionCounters)[] = [
   'remoteInvalidations',
   'rdmaReads',
   'rdmaWrites',
+  'rdmaReadBytes',
+  'rdmaWriteBytes',
+  'writeChunkCalls',
+  'replyChunkCalls',
+  'creditStalls',
   'droppedMessages',
   'bytesSent',
   'bytesReceived',
@@ -122,7 +127,10 @@ const SUMMED: readonly (keyof ConnectionCounters)[] = [
 
 interface SlotHistory {
   connectionId: number | null;
-  /** The last counters seen of the current connection, and the sum over the slot's earlier ones. */
+  /**
+   * The last counters seen of the current connection, and the sum over the slot's earlier ones. Keys are
+   * counter names, plus `registrations` and the error counts as `errorsSent.<CODE>` / `errorsReceived.<CODE>`.
+   */
   last: Record<string, number>;
   retired: Record<string, number>;
 }
@@ -315,15 +323,26 @@ export class GatewayControlAdapter implements GatewayControl {
     }
     const id = cs?.id ?? null;
     if (h.connectionId !== null && h.connectionId !== id) {
-      for (const k of [...SUMMED, 'registrations']) h.retired[k] = (h.retired[k] ?? 0) + (h.last[k] ?? 0);
+      for (const k of Object.keys(h.last)) h.retired[k] = (h.retired[k] ?? 0) + h.last[k];
       h.last = {};
     }
     h.connectionId = id ?? h.connectionId;
     if (cs) {
       for (const k of SUMMED) h.last[k] = cs.counters[k];
       h.last.registrations = cs.registrations.registered;
+      for (const [code, n] of Object.entries(cs.errors.sent)) h.last[`errorsSent.${code}`] = n;
+      for (const [code, n] of Object.entries(cs.errors.received)) h.last[`errorsReceived.${code}`] = n;
     }
     const v = (k: keyof ConnectionCounters) => (h.retired[k] ?? 0) + (cs ? cs.counters[k] : 0);
+    const byCode = (prefix: 'errorsSent.' | 'errorsReceived.') => {
+      const out: Record<string, number> = {};
+      for (const src of [h.retired, h.last]) {
+        for (const [k, n] of Object.entries(src)) {
+          if (k.startsWith(prefix)) out[k.slice(prefix.length)] = (out[k.slice(prefix.length)] ?? 0) + n;
+        }
+      }
+      return out;
+    };
     return {
       id: s.index,
       peer: cs?.peer ?? peer,
@@ -335,8 +354,12 @@ export class GatewayControlAdapter implements GatewayControl {
       readChunkCalls: v('readChunkCalls'),
       longCalls: v('longCalls'),
       longReplies: v('longReplies'),
+      writeChunkCalls: v('writeChunkCalls'),
+      replyChunkCalls: v('replyChunkCalls'),
       rdmaReads: v('rdmaReads'),
       rdmaWrites: v('rdmaWrites'),
+      rdmaReadBytes: v('rdmaReadBytes'),
+      rdmaWriteBytes: v('rdmaWriteBytes'),
       bytesSent: v('bytesSent'),
       bytesReceived: v('bytesReceived'),
       localInvalidations: v('localInvalidations'),
@@ -344,9 +367,9 @@ export class GatewayControlAdapter implements GatewayControl {
       registrations: (cs?.registrations.registered ?? 0) + (h.retired.registrations ?? 0),
       retries: v('retries'),
       droppedMessages: v('droppedMessages'),
-      // The transport counts RPC-over-RDMA errors without their code yet.
-      errorsSent: { unclassified: v('errorsSent') },
-      errorsReceived: { unclassified: v('errorsReceived') },
+      errorsSent: byCode('errorsSent.'),
+      errorsReceived: byCode('errorsReceived.'),
+      creditStalls: v('creditStalls'),
       reconnects: s.reconnects,
       creditsGranted: cs?.credits.granted ?? 0,
       creditsInUse: cs?.credits.outstanding ?? 0,

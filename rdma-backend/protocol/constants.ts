@@ -66,6 +66,29 @@ export const RDMA2_ERR_WRITE_RESOURCE = 7;
 export const RDMA2_ERR_REPLY_RESOURCE = 8;
 export const RDMA2_ERR_SYSTEM = 9;
 
+const V1_ERROR_NAMES = ['', 'ERR_VERS', 'ERR_CHUNK'];
+const V2_ERROR_NAMES = [
+  '',
+  'RDMA2_ERR_VERS',
+  'RDMA2_ERR_BAD_XDR',
+  'RDMA2_ERR_INVAL_HTYPE',
+  'RDMA2_ERR_READ_CHUNKS',
+  'RDMA2_ERR_WRITE_CHUNKS',
+  'RDMA2_ERR_SEGMENTS',
+  'RDMA2_ERR_WRITE_RESOURCE',
+  'RDMA2_ERR_REPLY_RESOURCE',
+  'RDMA2_ERR_SYSTEM',
+];
+
+/**
+ * The name of an RPC-over-RDMA error code (RFC 8166 §4.3 for Version 1, seed 004 §6.4 for Version 2), or
+ * `UNKNOWN` for a code neither defines: a bounded set, fit for a metric label.
+ */
+export function rpcRdmaErrorName(version: number, code: number): string {
+  const names = version === 1 ? V1_ERROR_NAMES : V2_ERROR_NAMES;
+  return (Number.isInteger(code) && code > 0 && names[code]) || 'UNKNOWN';
+}
+
 // ---- Transport property ids (seed 004 §4.2, DESIGN.md §3 for 3 and 4) ----
 export const RDMA2_PROPID_RBSIZ = 1;
 export const RDMA2_PROPID_BRS = 2;

@@ -172,6 +172,11 @@ export class RpcRdmaConnection {
     remoteInvalidations: 0,
     rdmaReads: 0,
     rdmaWrites: 0,
+    rdmaReadBytes: 0,
+    rdmaWriteBytes: 0,
+    writeChunkCalls: 0,
+    replyChunkCalls: 0,
+    creditStalls: 0,
     droppedMessages: 0,
     peakReadsOutstanding: 0,
     rprcReplies: 0,
@@ -179,6 +184,11 @@ export class RpcRdmaConnection {
     bytesSent: 0,
     bytesReceived: 0,
     handlerErrors: 0,
+  };
+  /** RPC-over-RDMA error messages by code name; rare, so plain objects keyed by constant strings. */
+  readonly errorsByCode: { sent: Record<string, number>; received: Record<string, number> } = {
+    sent: {},
+    received: {},
   };
 
   /** Credits of the direction in which we are the requester. */
@@ -621,6 +631,8 @@ export class RpcRdmaConnection {
     const idx = allocState(this, call);
     this.callIndex.set(call, idx);
     if (this.state !== 'ready' || this.queue.length > 0 || !canSendCall(this)) {
+      // Waiting for negotiation is not a stall; waiting behind a full credit window on a ready one is.
+      if (this.state === 'ready') this.counters.creditStalls++;
       this.queue.push(call);
       return;
     }
@@ -830,6 +842,7 @@ export class RpcRdmaConnection {
       },
       remoteInvalidateOk: this.peerAcceptsRemoteInvalidate,
       counters: { ...this.counters },
+      errors: { sent: { ...this.errorsByCode.sent }, received: { ...this.errorsByCode.received } },
       registrations: {
         inUse: this.registrar.inUse,
         registered: this.registrar.registrations,

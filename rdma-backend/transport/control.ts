@@ -16,6 +16,7 @@ import {
   type RpcRdmaDecodeError,
   type RpcRdmaErrorBody,
   type RpcRdmaHeaderInput,
+  rpcRdmaErrorName,
 } from '../protocol/index.js';
 import { WrOpcode } from '../verbs/index.js';
 import type { RpcRdmaConnection } from './connection.js';
@@ -59,7 +60,11 @@ export function sendError(c: RpcRdmaConnection, xid: number, version: number, bo
           flags: RPCRDMA2_F_RESPONSE,
           error: body,
         });
-  if (sent) c.counters.errorsSent++;
+  if (sent) {
+    c.counters.errorsSent++;
+    const name = rpcRdmaErrorName(version, body.code);
+    c.errorsByCode.sent[name] = (c.errorsByCode.sent[name] ?? 0) + 1;
+  }
 }
 
 export function sendConnProp(c: RpcRdmaConnection, xid: number, flags: number, credit: number): void {

@@ -22,6 +22,7 @@ import {
   type RdmaSegment,
   type RpcRdmaErrorBody,
   type RpcRdmaHeader,
+  rpcRdmaErrorName,
   type V2NoMsg,
 } from '../protocol/index.js';
 import { SendFlags, WcFlags, type WorkCompletion, WrOpcode } from '../verbs/index.js';
@@ -159,6 +160,7 @@ export function sendCall(c: RpcRdmaConnection, st: CallState): void {
     } else {
       c.counters.inlineCalls++;
     }
+    if (writeLens.length > 0) c.counters.writeChunkCalls++;
     for (let i = 0; i < writeLens.length; i++) {
       const need = st.writeNeed?.[i] ?? writeLens[i];
       const reg = c.registrar.acquireTarget(need);
@@ -167,6 +169,7 @@ export function sendCall(c: RpcRdmaConnection, st: CallState): void {
       sc.write(reg.mr.rkey, need, reg.mr.iova);
     }
     if (replyChunkLen > 0) {
+      c.counters.replyChunkCalls++;
       const reg = c.registrar.acquireTarget(replyChunkLen);
       st.regs.push(reg);
       st.replyReg = reg;
@@ -248,6 +251,8 @@ export function onReply(
   }
   if (isError) {
     c.counters.errorsReceived++;
+    const name = rpcRdmaErrorName(h.version, (h as { error: RpcRdmaErrorBody }).error.code);
+    c.errorsByCode.received[name] = (c.errorsByCode.received[name] ?? 0) + 1;
     onErrorReply(c, st, (h as { error: RpcRdmaErrorBody }).error, h.version);
   } else {
     c.counters.repliesReceived++;

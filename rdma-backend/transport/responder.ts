@@ -178,6 +178,7 @@ export function pumpReads(c: RpcRdmaConnection): void {
       c.counters.peakReadsOutstanding = c.readsOutstanding;
     }
     c.counters.rdmaReads++;
+    c.counters.rdmaReadBytes += job.segment.length;
     c.postSend();
   }
 }
@@ -474,6 +475,7 @@ export function postWrite(
   c.sendWr.remoteAddr = seg.offset + BigInt(segOffset);
   c.sendWr.rkey = seg.handle;
   c.counters.rdmaWrites++;
+  c.counters.rdmaWriteBytes += length;
   c.postSend();
 }
 

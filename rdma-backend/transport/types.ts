@@ -87,6 +87,8 @@ export interface ConnectionSnapshot {
   };
   remoteInvalidateOk: boolean;
   counters: ConnectionCounters;
+  /** RPC-over-RDMA error messages by code name (`rpcRdmaErrorName`), sent and received. */
+  errors: { sent: Record<string, number>; received: Record<string, number> };
   /** `bounceBytes`: copied into registered memory because the device could not register the caller's. */
   registrations: { inUse: number; registered: number; rekeys: number; bounceBytes: number };
 }
@@ -107,6 +109,15 @@ export interface ConnectionCounters {
   remoteInvalidations: number;
   rdmaReads: number;
   rdmaWrites: number;
+  /** Bytes pulled by RDMA Read (Read chunks of calls we serve, responder-provided reply chunks we pull). */
+  rdmaReadBytes: number;
+  /** Bytes pushed by RDMA Write (Write and Reply chunks of calls we serve). */
+  rdmaWriteBytes: number;
+  /** Calls sent offering at least one Write chunk / a Reply chunk (RFC 8166 §3.4). */
+  writeChunkCalls: number;
+  replyChunkCalls: number;
+  /** Calls that had to wait on a ready connection because no credit (or Send buffer) was free. */
+  creditStalls: number;
   droppedMessages: number;
   /** Most RDMA Reads we had outstanding at once (bounded by the negotiated ORD). */
   peakReadsOutstanding: number;

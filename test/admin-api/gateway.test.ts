@@ -242,10 +242,31 @@ test('counters move when traffic flows, in /v1/stats and /metrics', async (t) =>
     t.is(await metric('rpcrdma_gateway_rpc_calls_received_total'), s1.rpc.callsTotal);
     t.is(await metric('rpcrdma_gateway_tcp_connections_open'), 1);
 
+    // A SOURCE's result comes back in a Write chunk the gateway offered: counted by chunk kind.
+    const offered = (s: { upstreams: { writeChunkCalls?: number; replyChunkCalls?: number }[] }) =>
+      s.upstreams.reduce((n, u) => n + (u.writeChunkCalls ?? 0), 0);
+    const w0 = await metric('rpcrdma_gateway_rdma_calls_offering_chunk_total');
+    t.is((await h.client.source(200_000, 9)).length, 200_000);
+    const s2 = (await json(h, 'GET', '/v1/stats')).json;
+    t.is(offered(s2) - offered(s1), 1, 'one call offered a Write chunk');
+    t.is((await metric('rpcrdma_gateway_rdma_calls_offering_chunk_total')) - w0, 1);
+    for (const u of s2.upstreams) {
+      t.deepEqual(u.errorsSent, {}, 'no RPC-over-RDMA error sent');
+      t.deepEqual(u.errorsReceived, {}, 'no RPC-over-RDMA error received');
+      t.is(typeof u.creditStalls, 'number');
+      t.is(u.rdmaWriteBytes, 0, 'the peer, not the gateway, wrote the SOURCE data');
+    }
+    const text = await (await request(`${h.url}/metrics`)).body.text();
+    for (const family of ['rdma_credit_stalls_total', 'rdma_read_bytes_total', 'rdma_write_bytes_total'])
+      t.true(
+        parsePrometheus(text).some((f) => f.name === `rpcrdma_gateway_${family}`),
+        `${family} exposed`,
+      );
+
     // /v1/clients shows our client; closing it through the API closes its socket.
     const clients = (await json(h, 'GET', '/v1/clients')).json.clients;
     t.is(clients.length, 1);
-    t.is(clients[0].recordsIn, s1.frontend.recordsIn);
+    t.is(clients[0].recordsIn, s2.frontend.recordsIn);
     const closed = await json(h, 'POST', `/v1/clients/${clients[0].id}/close`, { reason: 'test' });
     t.is(closed.status, 200);
     await waitFor(() => h.client.rpc.closed, 'the client to see the close');
