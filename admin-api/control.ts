@@ -254,10 +254,35 @@ export interface UpstreamCounters {
   queued: number;
 }
 
+/** Program routing: where the dispatcher sent each call, the TCP passthrough, the portmapper. */
+export interface RoutingCounters {
+  /** Calls by route kind; `unavailable`: PROG_UNAVAIL, `versionMismatch`: PROG_MISMATCH from the gateway. */
+  calls: { rdma: number; tcp: number; local: number; unavailable: number; versionMismatch: number };
+  /** Replies from clients (NFSv4.1 backchannel) handed to the RDMA route. */
+  backchannelReplies: number;
+  /** Calls by program name (`nfs`, `mountd`, or the number), whatever the route. */
+  byProgram: Record<string, number>;
+  passthrough: {
+    calls: number;
+    replies: number;
+    orphanedReplies: number;
+    clientsClosed: number;
+    upstreamConnects: number;
+    upstreamConnectFailures: number;
+    upstreamLost: number;
+    /** Gauge. */
+    inFlight: number;
+    errors: Record<string, number>;
+  };
+  /** Null when the gateway does not answer portmapper calls itself. */
+  portmapper: { calls: number; byProc: Record<string, number>; errors: number } | null;
+}
+
 export interface GatewayCounters {
   frontend: FrontendCounters;
   rpc: RpcCounters;
   upstreams: UpstreamCounters[];
+  routing?: RoutingCounters;
 }
 
 /** The outcome of a property change request on one connection (RESPPROP subsets by name). */

@@ -10,7 +10,13 @@
  * prom-client's default collectors on a private registry.
  */
 import { collectDefaultMetrics, Registry } from 'prom-client';
-import type { GatewayCounters, ServerInfo, UpstreamCounters, UpstreamInfo } from './control.js';
+import type {
+  GatewayCounters,
+  RoutingCounters,
+  ServerInfo,
+  UpstreamCounters,
+  UpstreamInfo,
+} from './control.js';
 import type { ReadinessVerdict } from './readiness.js';
 
 export const METRICS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
@@ -458,7 +464,81 @@ export function renderGatewayMetrics({ counters, upstreams, info, readiness }: M
         if (u.disconnects) yield* table('reason', u.disconnects, { upstream: u.id, peer: u.peer });
     })(),
   );
+  if (counters.routing) renderRouting(w, counters.routing);
   return w.toString();
+}
+
+/** Program routing: the dispatcher's routes, the TCP passthrough, the portmapper (issue 14). */
+function renderRouting(w: ExpositionWriter, r: RoutingCounters): void {
+  w.family(
+    `${P}dispatch_calls_total`,
+    'counter',
+    'Calls by the route the dispatcher chose; unavailable and version_mismatch were answered by the gateway.',
+    [
+      [{ route: 'rdma' }, r.calls.rdma],
+      [{ route: 'tcp' }, r.calls.tcp],
+      [{ route: 'local' }, r.calls.local],
+      [{ route: 'unavailable' }, r.calls.unavailable],
+      [{ route: 'version_mismatch' }, r.calls.versionMismatch],
+    ],
+  );
+  w.family(
+    `${P}dispatch_calls_by_program_total`,
+    'counter',
+    'Calls by program name for the programs the routing table names; every other program is "other".',
+    table('program', r.byProgram),
+  );
+  const p = r.passthrough;
+  w.family(`${P}passthrough_calls_total`, 'counter', 'Calls forwarded over TCP.', single(p.calls));
+  w.family(`${P}passthrough_replies_total`, 'counter', 'Replies relayed back to clients.', single(p.replies));
+  w.family(
+    `${P}passthrough_orphaned_replies_total`,
+    'counter',
+    'Replies for clients that had gone away (consumed).',
+    single(p.orphanedReplies),
+  );
+  w.family(
+    `${P}passthrough_clients_closed_total`,
+    'counter',
+    'Clients closed because their upstream could not be reached or was lost with their calls.',
+    single(p.clientsClosed),
+  );
+  w.family(`${P}passthrough_upstream_connects_total`, 'counter', 'Upstream TCP connection attempts.', [
+    [{ outcome: 'ok' }, p.upstreamConnects],
+    [{ outcome: 'failed' }, p.upstreamConnectFailures],
+  ]);
+  w.family(
+    `${P}passthrough_upstream_lost_total`,
+    'counter',
+    'Upstream TCP connections lost.',
+    single(p.upstreamLost),
+  );
+  w.family(
+    `${P}passthrough_calls_in_flight`,
+    'gauge',
+    'Calls forwarded, not yet answered.',
+    single(p.inFlight),
+  );
+  w.family(
+    `${P}passthrough_errors_total`,
+    'counter',
+    'Passthrough failures by code.',
+    table('code', p.errors),
+  );
+  if (r.portmapper) {
+    w.family(
+      `${P}portmapper_calls_total`,
+      'counter',
+      'Portmapper calls answered by the gateway, by procedure.',
+      table('procedure', r.portmapper.byProc),
+    );
+    w.family(
+      `${P}portmapper_errors_total`,
+      'counter',
+      'Portmapper calls refused (malformed arguments, unknown procedure).',
+      single(r.portmapper.errors),
+    );
+  }
 }
 
 /** Process and Node.js metrics of this process, on a registry of its own. */

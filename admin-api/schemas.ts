@@ -220,14 +220,45 @@ export const Stats = Type.Object({
       }),
     ),
   ),
+  routing: Type.Optional(
+    Type.Object(
+      {
+        calls: Type.Object({
+          rdma: Int(),
+          tcp: Int(),
+          local: Int(),
+          unavailable: Int('answered PROG_UNAVAIL by the gateway'),
+          versionMismatch: Int('answered PROG_MISMATCH by the gateway'),
+        }),
+        backchannelReplies: Int(),
+        byProgram: Counts('calls by program name, whatever the route'),
+        passthrough: Type.Object({
+          calls: Int(),
+          replies: Int(),
+          orphanedReplies: Int(),
+          clientsClosed: Int(),
+          upstreamConnects: Int(),
+          upstreamConnectFailures: Int(),
+          upstreamLost: Int(),
+          inFlight: Int(),
+          errors: Counts('passthrough failures by code'),
+        }),
+        portmapper: Type.Union([
+          Type.Object({ calls: Int(), byProc: Counts('portmapper calls by procedure'), errors: Int() }),
+          Type.Null(),
+        ]),
+      },
+      { description: 'Program routing: dispatcher routes, TCP passthrough, portmapper' },
+    ),
+  ),
 });
 
 export const StatsQuery = Type.Object(
   {
     section: Type.Optional(
       Type.String({
-        description: 'Comma-separated sections to return: frontend, rpc, upstreams (default: all)',
-        pattern: '^(frontend|rpc|upstreams)(,(frontend|rpc|upstreams))*$',
+        description: 'Comma-separated sections to return: frontend, rpc, upstreams, routing (default: all)',
+        pattern: '^(frontend|rpc|upstreams|routing)(,(frontend|rpc|upstreams|routing))*$',
       }),
     ),
     upstream: Type.Optional(Type.Integer({ minimum: 0, description: 'Only this upstream slot' })),

@@ -7,7 +7,13 @@
  * start, as Prometheus expects of a `_total` counter (a counter that drops mid-life because someone pressed
  * a button would make every scraper see a restart that never happened). Gauges are never subtracted.
  */
-import type { GatewayCounters, HistogramData, RpcCounters, UpstreamCounters } from './control.js';
+import type {
+  GatewayCounters,
+  HistogramData,
+  RoutingCounters,
+  RpcCounters,
+  UpstreamCounters,
+} from './control.js';
 import type { TStats, TStatsQuery } from './schemas.js';
 
 const FRONTEND_GAUGES = new Set(['connectionsOpen', 'callsInFlight']);
@@ -46,6 +52,22 @@ function subtractHistogram(now: HistogramData, base: HistogramData | undefined):
   };
 }
 
+function subtractRouting(now: RoutingCounters, base: RoutingCounters | undefined): RoutingCounters {
+  if (!base) return now;
+  return {
+    calls: subtractFlat(now.calls, base.calls, NONE),
+    backchannelReplies: Math.max(0, now.backchannelReplies - base.backchannelReplies),
+    byProgram: subtractTable(now.byProgram, base.byProgram),
+    passthrough: subtractFlat(now.passthrough, base.passthrough, new Set(['inFlight'])),
+    portmapper:
+      now.portmapper && base.portmapper
+        ? subtractFlat(now.portmapper, base.portmapper, NONE)
+        : now.portmapper,
+  };
+}
+
+const NONE: ReadonlySet<string> = new Set();
+
 function subtractRpc(now: RpcCounters, base: RpcCounters | undefined): RpcCounters {
   if (!base) return now;
   const key = (c: { program: number; version: number; procedure: number }) =>
@@ -79,7 +101,9 @@ export class StatsView {
   }
 
   render(current: GatewayCounters, query: TStatsQuery): TStats {
-    const sections = new Set(query.section ? query.section.split(',') : ['frontend', 'rpc', 'upstreams']);
+    const sections = new Set(
+      query.section ? query.section.split(',') : ['frontend', 'rpc', 'upstreams', 'routing'],
+    );
     const base = this.baseline;
     const out: TStats = { since: this.since.toISOString() };
     if (sections.has('frontend'))
@@ -97,6 +121,8 @@ export class StatsView {
           ),
         );
     }
+    if (sections.has('routing') && current.routing)
+      out.routing = subtractRouting(current.routing, base?.routing);
     return out;
   }
 }

@@ -29,6 +29,7 @@ import type {
   PropertyRequestOutcome,
   PropertyValues,
   ReadinessFacts,
+  RoutingCounters,
   ServerInfo,
   UpstreamAction,
   UpstreamCounters,
@@ -311,6 +312,38 @@ export class GatewayControlAdapter implements GatewayControl {
         },
       },
       upstreams: pool.slots.map((s) => this.slotCounters(pool.peer, s)),
+      routing: this.routingCounters(),
+    };
+  }
+
+  private routingCounters(): RoutingCounters | undefined {
+    const routing = this.gateway.routing;
+    if (!routing) return undefined;
+    const d = routing.dispatcher.snapshot();
+    const p = routing.passthrough.stats;
+    const pm = routing.portmapper?.stats;
+    return {
+      calls: {
+        rdma: d.rdma,
+        tcp: d.tcp,
+        local: d.local,
+        unavailable: d.unavailable,
+        versionMismatch: d.versionMismatch,
+      },
+      backchannelReplies: d.backchannelReplies,
+      byProgram: d.byProgram,
+      passthrough: {
+        calls: p.calls,
+        replies: p.replies,
+        orphanedReplies: p.orphanedReplies,
+        clientsClosed: p.clientsClosed,
+        upstreamConnects: p.upstreamConnects,
+        upstreamConnectFailures: p.upstreamConnectFailures,
+        upstreamLost: p.upstreamLost,
+        inFlight: p.inFlight,
+        errors: { ...p.errors },
+      },
+      portmapper: pm ? { calls: pm.calls, byProc: { ...pm.byProc }, errors: pm.errors } : null,
     };
   }
 

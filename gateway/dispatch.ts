@@ -149,6 +149,11 @@ export class RoutingTable {
     }
   }
 
+  /** Whether any route names `program` (for any version). */
+  knows(program: number): boolean {
+    return this.byProgram.has(program) || this.versioned.has(program);
+  }
+
   /** The route for a call, or undefined (PROG_UNAVAIL). */
   lookup(program: number, version: number): Route | undefined {
     if (this.versioned.has(program)) {
@@ -205,7 +210,11 @@ export interface DispatchStats {
   versionMismatch: number;
   /** Replies from clients (backchannel) handed to the RDMA route. */
   backchannelReplies: number;
-  /** Calls by program name (`nfs`, `mountd`, or the number), whatever the route. */
+  /**
+   * Calls by program name (`nfs`, `mountd`, or the number), whatever the route, for the programs the
+   * routing table names; calls for any other program are counted under `other` (a client choosing program
+   * numbers must not grow a table, or a metric's label set, without bound).
+   */
   byProgram: Record<string, number>;
 }
 
@@ -249,7 +258,9 @@ export class Dispatcher implements FrontendHandler {
   private listeners: ListenerPrograms;
   private readonly writer = new XdrWriter(0);
   /** Per-program counters by number (names are made only in `snapshot`). */
+  /** Only programs the routing table names: bounded by the configuration. */
   private readonly perProgram = new Map<number, number>();
+  private otherPrograms = 0;
 
   constructor(o: DispatcherOptions) {
     this.table = o.table;
@@ -281,6 +292,7 @@ export class Dispatcher implements FrontendHandler {
   snapshot(): DispatchStats {
     const byProgram: Record<string, number> = {};
     for (const [p, n] of this.perProgram) byProgram[programName(p)] = n;
+    if (this.otherPrograms > 0) byProgram.other = this.otherPrograms;
     return { ...this.stats, byProgram };
   }
 
@@ -294,7 +306,8 @@ export class Dispatcher implements FrontendHandler {
     }
     const program = record.readUInt32BE(12);
     const version = record.readUInt32BE(16);
-    this.perProgram.set(program, (this.perProgram.get(program) ?? 0) + 1);
+    if (this.table.knows(program)) this.perProgram.set(program, (this.perProgram.get(program) ?? 0) + 1);
+    else this.otherPrograms++;
     const allowed = this.listeners.get(conn.localPort);
     const route = allowed && !allowed.has(program) ? undefined : this.table.lookup(program, version);
     if (route === undefined) {

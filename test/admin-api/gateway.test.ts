@@ -13,6 +13,8 @@ import { type AdminApi, createAdminApi } from '../../admin-api/index.js';
 import { gatewayControl } from '../../gateway/control.js';
 import { type Gateway, startGateway } from '../../gateway/gateway.js';
 import { TEST_PROGRAM, TestProgramClient } from '../../gateway/test-program/index.js';
+import { AcceptStat } from '../../rpc/constants.js';
+import { RpcClient } from '../../tcp-frontend/client.js';
 import { captureLogger, waitFor } from '../gateway/helpers.js';
 import { testConfig } from '../integration/helpers.js';
 
@@ -527,4 +529,38 @@ test('calls failed by the transport are counted by code (connection lost → res
   } finally {
     await stop(h);
   }
+});
+
+test('the routing section: dispatcher routes, program buckets and the passthrough, in /v1/stats and /metrics', async (t) => {
+  const h = await start({ poolSize: 1 });
+  t.teardown(() => stop(h));
+  await waitFor(() => h.g.pool.snapshot().ready === 1, 'a ready connection');
+  const data = Buffer.from('routed');
+  t.deepEqual(await h.client.echo(data), data);
+  const rpc = await RpcClient.connect({ host: '127.0.0.1', port: h.g.addresses[0].port });
+  t.teardown(() => rpc.close());
+  t.is((await rpc.call(0x4000_0001, 1, 0)).acceptStat, AcceptStat.PROG_UNAVAIL);
+  t.is((await rpc.call(0x4000_0002, 1, 0)).acceptStat, AcceptStat.PROG_UNAVAIL);
+
+  const s = (await json(h, 'GET', '/v1/stats?section=routing')).json;
+  t.deepEqual(Object.keys(s).sort(), ['routing', 'since']);
+  t.like(s.routing.calls, { rdma: 1, tcp: 0, unavailable: 2, versionMismatch: 0 });
+  t.is(s.routing.byProgram.other, 2, 'made-up programs share one bucket');
+  t.is(s.routing.passthrough.calls, 0);
+  const text = await (await request(`${h.url}/metrics`)).body.text();
+  const family = (name: string) => parsePrometheus(text).find((f) => f.name === `rpcrdma_gateway_${name}`);
+  const byRoute = Object.fromEntries(
+    ((family('dispatch_calls_total')?.metrics ?? []) as { labels: { route: string }; value: string }[]).map(
+      (m) => [m.labels.route, Number(m.value)],
+    ),
+  );
+  t.like(byRoute, { rdma: 1, unavailable: 2, tcp: 0 });
+  t.truthy(family('passthrough_calls_in_flight'));
+
+  // A reset zeroes the section's counters in /v1/stats (not in /metrics).
+  t.is((await json(h, 'POST', '/v1/stats/reset')).status, 200);
+  t.is((await rpc.call(0x4000_0003, 1, 0)).acceptStat, AcceptStat.PROG_UNAVAIL);
+  const after = (await json(h, 'GET', '/v1/stats?section=routing')).json;
+  t.like(after.routing.calls, { rdma: 0, unavailable: 1 });
+  t.is(after.routing.byProgram.other, 1);
 });

@@ -148,6 +148,20 @@ test('rdma route: the test program through the embedded chain; an unrouted progr
   t.is(s.router.calls, 1, 'the unrouted call never reached the router');
 });
 
+test('calls for 2,000 made-up program numbers are counted under "other": the table stays bounded', async (t) => {
+  const g = await gatewayWith({});
+  t.teardown(() => g.stop(1000));
+  const rpc = await RpcClient.connect({ host: '127.0.0.1', port: g.addresses[0].port, maxInFlight: 256 });
+  t.teardown(() => rpc.close());
+  const replies = await Promise.all(
+    Array.from({ length: 2000 }, (_, i) => rpc.call(0x4000_0000 + i * 7919, 1, 0)),
+  );
+  t.true(replies.every((r) => r.acceptStat === AcceptStat.PROG_UNAVAIL));
+  const s = g.snapshot().dispatch;
+  t.is(s?.unavailable, 2000);
+  t.deepEqual(s?.byProgram, { other: 2000 }, 'one bucket, not 2,000 keys');
+});
+
 test('tcp route: calls pass through with XIDs mapped per upstream connection, replies from the real server', async (t) => {
   const upstream = await serveTestProgram();
   t.teardown(() => upstream.close({ drainTimeoutMs: 100 }));
