@@ -142,6 +142,10 @@ export class GatewayControlAdapter implements GatewayControl {
   private readonly history = new Map<number, SlotHistory>();
   /** Pool slots the operator took offline: whatever connection occupies them is kept out of rotation. */
   private readonly offlineSlots = new Set<number>();
+  /** Offline slots still draining before the pool parks them. */
+  private readonly parkTimers = new Map<number, NodeJS.Timeout>();
+  /** How long an offline slot's calls in flight may take before its connection is closed anyway. */
+  private readonly offlineDrainMs = 30_000;
   private stopWatchingPool: (() => void) | null = null;
 
   constructor(
@@ -491,21 +495,28 @@ export class GatewayControlAdapter implements GatewayControl {
 
   async upstreamAction(id: number, action: UpstreamAction): Promise<UpstreamInfo> {
     const [slot] = this.selected(id);
-    if (action === 'offline' || action === 'online') {
-      // Out of rotation in the router; the connection stays established (the pool cannot park a slot).
-      const offline = action === 'offline';
-      if (offline) {
-        this.watchPool();
-        this.offlineSlots.add(id);
-      } else {
-        this.offlineSlots.delete(id);
-      }
-      if (slot.conn) this.gateway.router.setOffline(slot.conn, offline);
-      this.o.logger.info({ upstream: id, action }, `upstream ${id} ${action}`);
+    if (action === 'offline') {
+      // Out of rotation in the router at once; the connection is closed once the calls on it are answered
+      // (or after the drain time, when the router resends what is left elsewhere), and the pool does not
+      // reconnect the slot until it is put back online.
+      this.watchPool();
+      this.offlineSlots.add(id);
+      if (slot.conn) this.gateway.router.setOffline(slot.conn, true);
+      this.parkWhenIdle(id);
+      this.o.logger.info({ upstream: id, action }, `upstream ${id} offline: draining, then parked`);
+      return this.upstreamInfo(id);
+    }
+    if (action === 'online') {
+      this.offlineSlots.delete(id);
+      this.cancelPark(id);
+      if (slot.conn) this.gateway.router.setOffline(slot.conn, false);
+      this.gateway.pool.unpark(id); // connects now if it was parked; a new connection joins the rotation
+      this.o.logger.info({ upstream: id, action }, `upstream ${id} online`);
       return this.upstreamInfo(id);
     }
     if (!slot.conn) {
-      throw new ControlError('ERR_CONTROL_CONFLICT', `upstream ${id} has no connection to reconnect`, {
+      const why = this.gateway.pool.isParked(id) ? 'is offline (parked): put it online' : 'has no connection';
+      throw new ControlError('ERR_CONTROL_CONFLICT', `upstream ${id} ${why} to reconnect`, {
         upstream: id,
       });
     }
@@ -513,6 +524,36 @@ export class GatewayControlAdapter implements GatewayControl {
     // another connection) and reconnects the slot with its back-off.
     slot.conn.close('reconnect requested through the admin API');
     return this.upstreamInfo(id);
+  }
+
+  /**
+   * Parks slot `id` as soon as the router has no call in flight on its connection, or after the drain
+   * time at the latest. Checked every 20 ms: an admin action, not a hot path.
+   */
+  private parkWhenIdle(id: number): void {
+    this.cancelPark(id);
+    const deadline = Date.now() + this.offlineDrainMs;
+    const timer = setInterval(() => {
+      const conn = this.gateway.pool.snapshot().slots[id].connection;
+      const live = conn ? this.gateway.pool.connections().find((c) => c.id === conn.id) : undefined;
+      const busy = live ? this.gateway.router.callsOn(live) : 0;
+      if (busy > 0 && Date.now() < deadline) return;
+      this.cancelPark(id);
+      if (busy > 0)
+        this.o.logger.warn(
+          { upstream: id, callsInFlight: busy, drainMs: this.offlineDrainMs },
+          `upstream ${id}: calls still in flight after the drain time; closing (the router resends them)`,
+        );
+      this.gateway.pool.park(id, 'upstream taken offline through the admin API');
+    }, 20);
+    timer.unref();
+    this.parkTimers.set(id, timer);
+  }
+
+  private cancelPark(id: number): void {
+    const timer = this.parkTimers.get(id);
+    if (timer) clearInterval(timer);
+    this.parkTimers.delete(id);
   }
 
   private upstreamInfo(id: number): UpstreamInfo {
@@ -556,7 +597,7 @@ function upstreamInfo(peer: string, s: PoolSnapshot['slots'][number], offline: b
     id: s.index,
     connectionId: cs?.id ?? null,
     peer: cs?.peer ?? peer,
-    state: offline ? 'offline' : s.state,
+    state: offline || s.state === 'parked' ? 'offline' : s.state,
     version: cs?.version ?? 0,
     credits: cs ? creditView(cs) : { granted: 0, inUse: 0, max: 0, queued: 0 },
     grant: cs?.grant ?? 0,

@@ -213,6 +213,11 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     if (!offline) this.pump();
   }
 
+  /** Calls the router has in flight on `conn` (sent, reply not yet back). */
+  callsOn(conn: RpcRdmaConnection): number {
+    return this.linkOf.get(conn)?.xids.size ?? 0;
+  }
+
   snapshot(): RouterStats {
     const s = this.stats;
     s.clients = this.clients.size;

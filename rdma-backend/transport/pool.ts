@@ -49,6 +49,8 @@ interface Slot {
   nextDelayMs: number;
   timer: NodeJS.Timeout | null;
   lastError: string;
+  /** Taken out of service (`park`): no connection, no reconnect, until `unpark`. */
+  parked: boolean;
 }
 
 export interface PoolSnapshot {
@@ -58,7 +60,7 @@ export interface PoolSnapshot {
   pending: number;
   slots: {
     index: number;
-    state: 'connecting' | 'backoff' | 'ready' | 'negotiating' | 'closed';
+    state: 'connecting' | 'backoff' | 'ready' | 'negotiating' | 'closed' | 'parked';
     attempts: number;
     reconnects: number;
     nextDelayMs: number;
@@ -91,6 +93,7 @@ export class ConnectionPool {
         nextDelayMs: this.initialMs,
         timer: null,
         lastError: '',
+        parked: false,
       });
     }
   }
@@ -101,7 +104,7 @@ export class ConnectionPool {
   }
 
   private async connectSlot(s: Slot): Promise<void> {
-    if (this.closed || s.connecting) return;
+    if (this.closed || s.connecting || s.parked) return;
     s.connecting = true;
     s.attempts++;
     const params: ConnectParams = {
@@ -118,8 +121,8 @@ export class ConnectionPool {
     try {
       const conn = await RpcRdmaConnection.connect(params);
       s.connecting = false;
-      if (this.closed) {
-        conn.close('pool closed');
+      if (this.closed || s.parked) {
+        conn.close(this.closed ? 'pool closed' : 'slot parked');
         return;
       }
       if (conn.state === 'closed') {
@@ -153,7 +156,7 @@ export class ConnectionPool {
 
   private onConnectionReady(s: Slot, conn: RpcRdmaConnection): void {
     // Negotiation may finish before `connect()` resolved: the slot owns the connection from here on.
-    if (this.closed) return;
+    if (this.closed || s.parked) return;
     s.conn = conn;
     this.flushPending();
     for (const l of this.readyListeners) {
@@ -171,13 +174,13 @@ export class ConnectionPool {
     if (s.conn !== conn) return;
     s.conn = null;
     s.lastError = reason;
-    if (this.closed) return;
+    if (this.closed || s.parked) return;
     s.reconnects++;
     this.scheduleReconnect(s);
   }
 
   private scheduleReconnect(s: Slot): void {
-    if (this.closed || s.timer) return;
+    if (this.closed || s.timer || s.parked) return;
     // Exponential back-off with ±20 % jitter so that pooled slots do not reconnect in lock-step.
     const delay = Math.round(s.nextDelayMs * (0.8 + Math.random() * 0.4));
     s.nextDelayMs = Math.min(this.maxMs, s.nextDelayMs * this.factor);
@@ -194,7 +197,7 @@ export class ConnectionPool {
     let bestLoad = Number.POSITIVE_INFINITY;
     for (const s of this.slots) {
       const c = s.conn;
-      if (!c || c.state === 'closed' || c.state === 'connecting') continue;
+      if (!c || s.parked || c.state === 'closed' || c.state === 'connecting') continue;
       const snap = c.credits;
       const load = snap.outstanding + c.queuedCalls;
       if (load < bestLoad) {
@@ -251,7 +254,7 @@ export class ConnectionPool {
       pending: this.pending.length,
       slots: this.slots.map((s) => ({
         index: s.index,
-        state: s.conn ? s.conn.state : s.connecting ? 'connecting' : 'backoff',
+        state: s.conn ? s.conn.state : s.parked ? 'parked' : s.connecting ? 'connecting' : 'backoff',
         attempts: s.attempts,
         reconnects: s.reconnects,
         nextDelayMs: s.nextDelayMs,
@@ -259,6 +262,39 @@ export class ConnectionPool {
         connection: s.conn ? s.conn.snapshot() : null,
       })),
     };
+  }
+
+  /**
+   * Takes slot `index` out of service: its connection, if any, is closed now (its calls in flight fail as
+   * retransmittable, like any lost connection's: the caller should first let them finish), a connect in
+   * progress is dropped when it completes, and the slot does not reconnect until `unpark`.
+   */
+  park(index: number, reason = 'slot parked'): void {
+    const s = this.slotAt(index);
+    if (s.parked) return;
+    s.parked = true;
+    if (s.timer) clearTimeout(s.timer);
+    s.timer = null;
+    s.conn?.close(reason);
+  }
+
+  /** Puts a parked slot back: it connects at once (back-off starts afresh). */
+  unpark(index: number): void {
+    const s = this.slotAt(index);
+    if (!s.parked) return;
+    s.parked = false;
+    s.nextDelayMs = this.initialMs;
+    void this.connectSlot(s);
+  }
+
+  isParked(index: number): boolean {
+    return this.slotAt(index).parked;
+  }
+
+  private slotAt(index: number): Slot {
+    const s = this.slots[index];
+    if (s === undefined) throw new RangeError(`no pool slot ${index} (size ${this.slots.length})`);
+    return s;
   }
 
   /** The live connections (for tests and the admin API's control operations). */

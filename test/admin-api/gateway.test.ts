@@ -354,7 +354,7 @@ test('every read route of a real gateway answers within its documented schema', 
   }
 });
 
-test('an offline upstream gets no new calls, even after it reconnects; online puts it back', async (t) => {
+test('offline: no new calls, the connection closes once its calls are answered and stays down; online brings it back', async (t) => {
   const h = await start();
   try {
     await waitFor(() => h.g.pool.snapshot().ready === 2, 'two ready connections');
@@ -363,44 +363,68 @@ test('an offline upstream gets no new calls, even after it reconnects; online pu
       return ups.map((u: { callsSent: number }) => u.callsSent) as number[];
     };
     const burst = (n: number) => Promise.all(Array.from({ length: n }, () => h.client.null()));
+    // Calls in flight on slot 0 when it goes offline finish there (no resend): a slow SOURCE each way.
+    const inFlight = Promise.all(Array.from({ length: 6 }, (_, i) => h.client.source(2_000_000, i)));
+    await waitFor(() => h.g.router.stats.inFlight >= 6, 'calls in flight on both slots');
+    const retransmitsBefore = h.g.router.stats.retransmits;
+    const slot0 = h.g.pool.snapshot().slots[0].connection?.id;
+    const conn0 = h.g.pool.connections().find((c) => c.id === slot0);
+    t.true(conn0 !== undefined && h.g.router.callsOn(conn0) > 0, 'slot 0 has calls in flight');
     const off = await json(h, 'POST', '/v1/upstreams/0/offline');
     t.is(off.status, 200);
     t.is(off.json.state, 'offline');
-    t.is((await json(h, 'GET', '/v1/upstreams/0')).json.state, 'offline');
     t.is((await json(h, 'GET', '/readyz')).status, 200, 'slot 1 is still in rotation');
     const s0 = await sentBy();
     await burst(20);
     const s1 = await sentBy();
-    t.deepEqual([s1[0] - s0[0], s1[1] - s0[1]], [0, 20], 'every call went to slot 1');
+    t.deepEqual([s1[0] - s0[0], s1[1] - s0[1]], [0, 20], 'every new call went to slot 1');
+    for (const r of await inFlight) t.is(r.length, 2_000_000);
+    t.is(h.g.router.stats.retransmits, retransmitsBefore, 'the calls in flight on slot 0 finished there');
 
-    // A reconnect of the offline slot: the new connection starts out of rotation too.
-    const old = (await json(h, 'GET', '/v1/upstreams/0')).json.connectionId;
-    t.is((await json(h, 'POST', '/v1/upstreams/0/reconnect')).status, 200);
-    await waitFor(() => {
-      const s = h.g.pool.snapshot().slots[0];
-      return s.state === 'ready' && s.connection !== null && s.connection.id !== old;
-    }, 'slot 0 reconnected');
-    t.is((await json(h, 'GET', '/v1/upstreams/0')).json.state, 'offline');
-    const s2 = await sentBy();
-    await burst(20);
-    const s3 = await sentBy();
-    t.deepEqual([s3[0] - s2[0], s3[1] - s2[1]], [0, 20], 'the new connection of slot 0 got nothing');
+    // Once idle, slot 0's connection is closed and not re-established.
+    await waitFor(() => h.g.pool.snapshot().slots[0].state === 'parked', 'slot 0 parked', 5000);
+    const parked = (await json(h, 'GET', '/v1/upstreams/0')).json;
+    t.is(parked.state, 'offline');
+    t.is(parked.connectionId, null);
+    await new Promise((r) => setTimeout(r, 300)); // several back-off periods (50 ms here): no reconnect
+    t.is(h.g.pool.snapshot().slots[0].state, 'parked');
+    const refused = await json(h, 'POST', '/v1/upstreams/0/reconnect');
+    t.is(refused.status, 409);
+    t.regex(refused.json.message, /offline/);
 
     // Both offline: not ready.
     t.is((await json(h, 'POST', '/v1/upstreams/1/offline')).status, 200);
-    const ready = await json(h, 'GET', '/readyz');
-    t.is(ready.status, 503);
+    t.is((await json(h, 'GET', '/readyz')).status, 503);
 
-    const on = await json(h, 'POST', '/v1/upstreams/0/online');
-    t.is(on.status, 200);
-    t.is(on.json.state, 'ready');
-    await json(h, 'POST', '/v1/upstreams/1/online');
+    t.is((await json(h, 'POST', '/v1/upstreams/0/online')).status, 200);
+    t.is((await json(h, 'POST', '/v1/upstreams/1/online')).status, 200);
+    await waitFor(() => h.g.pool.snapshot().ready === 2, 'both slots connected again');
     t.is((await json(h, 'GET', '/readyz')).status, 200);
+    t.is((await json(h, 'GET', '/v1/upstreams/0')).json.state, 'ready');
     const s4 = await sentBy();
     await burst(20);
     const s5 = await sentBy();
     t.true(s5[0] - s4[0] > 0, 'slot 0 takes calls again');
     t.is(s5[0] - s4[0] + (s5[1] - s4[1]), 20);
+  } finally {
+    await stop(h);
+  }
+});
+
+test('offline and online again before the calls finish: the slot is never parked', async (t) => {
+  const h = await start();
+  try {
+    await waitFor(() => h.g.pool.snapshot().ready === 2, 'two ready connections');
+    const inFlight = Promise.all(Array.from({ length: 4 }, (_, i) => h.client.source(2_000_000, i)));
+    await waitFor(() => h.g.router.stats.inFlight >= 4, 'calls in flight');
+    const id = h.g.pool.snapshot().slots[0].connection?.id;
+    t.is((await json(h, 'POST', '/v1/upstreams/0/offline')).status, 200);
+    t.is((await json(h, 'POST', '/v1/upstreams/0/online')).status, 200);
+    await inFlight;
+    await new Promise((r) => setTimeout(r, 200));
+    const s = h.g.pool.snapshot().slots[0];
+    t.is(s.state, 'ready');
+    t.is(s.connection?.id, id, 'the same connection: never closed');
   } finally {
     await stop(h);
   }

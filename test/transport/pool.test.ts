@@ -86,3 +86,38 @@ test('pool: exponential back-off while the peer is down; held calls are handed b
   const [o] = await collector.wait(1);
   t.true(o.error?.retransmit, 'closing the pool hands held calls back for retransmission');
 });
+
+test('pool: a parked slot closes its connection, gets no calls and does not reconnect until unparked', async (t) => {
+  const s = await echoServer();
+  const collector = new Collector();
+  const pool = new ConnectionPool({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port: s.listener.port,
+    size: 2,
+    requester: collector,
+    backoff: { initialMs: 10, maxMs: 20 },
+  });
+  t.teardown(async () => {
+    pool.close();
+    await s.close();
+  });
+  await pool.start();
+  while (pool.snapshot().ready < 2) await delay(5);
+  pool.park(0);
+  t.true(pool.isParked(0));
+  await delay(150); // many back-off periods
+  const snap = pool.snapshot();
+  t.is(snap.slots[0].state, 'parked');
+  t.is(snap.slots[0].connection, null);
+  t.is(snap.slots[0].reconnects, 0, 'parking is not a loss to recover from');
+  t.is(snap.ready, 1);
+  for (let i = 0; i < 10; i++) pool.submit(TestCall.echo(i + 1, pattern(20, i), false));
+  const outs = await collector.wait(10);
+  t.is(outs.filter((o) => o.error).length, 0);
+  t.is(pool.snapshot().slots[1].connection?.counters.callsSent, 10, 'every call went to the other slot');
+  pool.unpark(0);
+  while (pool.snapshot().ready < 2) await delay(5);
+  t.is(pool.snapshot().slots[0].state, 'ready');
+  t.throws(() => pool.park(5), { instanceOf: RangeError });
+});
