@@ -230,8 +230,12 @@ export interface UpstreamCounters {
   replyChunkCalls?: number;
   rdmaReads: number;
   rdmaWrites: number;
+  /** Bytes this end moved by RDMA Read / Write. */
   rdmaReadBytes?: number;
   rdmaWriteBytes?: number;
+  /** Bytes the peer moved on this connection: our Read chunks it pulled, our Write/Reply chunks it filled. */
+  peerRdmaReadBytes?: number;
+  peerRdmaWriteBytes?: number;
   bytesSent: number;
   bytesReceived: number;
   localInvalidations: number;

@@ -375,20 +375,26 @@ export function renderGatewayMetrics({ counters, upstreams, info, readiness }: M
     'RDMA Write operations.',
     perUpstream(ups, (u) => u.rdmaWrites),
   );
-  if (ups.some((u) => u.rdmaReadBytes !== undefined))
+  for (const [op, local, peer] of [
+    ['read', (u: UpstreamCounters) => u.rdmaReadBytes, (u: UpstreamCounters) => u.peerRdmaReadBytes],
+    ['write', (u: UpstreamCounters) => u.rdmaWriteBytes, (u: UpstreamCounters) => u.peerRdmaWriteBytes],
+  ] as const) {
+    if (!ups.some((u) => local(u) !== undefined || peer(u) !== undefined)) continue;
     w.family(
-      `${P}rdma_read_bytes_total`,
+      `${P}rdma_${op}_bytes_total`,
       'counter',
-      'Bytes moved by RDMA Read.',
-      perUpstream(ups, (u) => u.rdmaReadBytes),
+      `Bytes moved by RDMA ${op === 'read' ? 'Read' : 'Write'} on the connection, by the end that issued it: local (this process) or peer.`,
+      (function* () {
+        for (const u of ups) {
+          const l = { upstream: u.id, peer: u.peer };
+          const mine = local(u);
+          const theirs = peer(u);
+          if (mine !== undefined) yield [{ ...l, by: 'local' }, mine] as [Labels, number];
+          if (theirs !== undefined) yield [{ ...l, by: 'peer' }, theirs] as [Labels, number];
+        }
+      })(),
     );
-  if (ups.some((u) => u.rdmaWriteBytes !== undefined))
-    w.family(
-      `${P}rdma_write_bytes_total`,
-      'counter',
-      'Bytes moved by RDMA Write.',
-      perUpstream(ups, (u) => u.rdmaWriteBytes),
-    );
+  }
   w.family(
     `${P}rdma_sent_bytes_total`,
     'counter',

@@ -174,6 +174,8 @@ export class RpcRdmaConnection {
     rdmaWrites: 0,
     rdmaReadBytes: 0,
     rdmaWriteBytes: 0,
+    peerReadBytes: 0,
+    peerWriteBytes: 0,
     writeChunkCalls: 0,
     replyChunkCalls: 0,
     creditStalls: 0,

@@ -58,6 +58,7 @@ export function allocState(c: RpcRdmaConnection, call: TransportCall): number {
       noWriteChunks: false,
       writeNeed: null,
       replyNeed: 0,
+      readChunkBytes: 0,
       inFlight: false,
       pullSink: null,
       pullHeader: null,
@@ -82,6 +83,7 @@ export function allocState(c: RpcRdmaConnection, call: TransportCall): number {
   st.pullSink = null;
   st.pullHeader = null;
   st.pullsPending = 0;
+  st.readChunkBytes = 0;
   return idx;
 }
 
@@ -145,8 +147,10 @@ export function sendCall(c: RpcRdmaConnection, st: CallState): void {
     // segment objects per call.
     const sc = c.chunkScratch;
     sc.begin();
+    st.readChunkBytes = 0;
     if (plan.mode === 'read') {
       for (const it of call.ddpArgs) {
+        st.readChunkBytes += it.length;
         const reg = c.registrar.registerSource(call.message.subarray(it.offset, it.offset + it.length));
         st.regs.push(reg);
         sc.read(it.offset, reg.mr.rkey, it.length, reg.mr.iova);
@@ -156,6 +160,7 @@ export function sendCall(c: RpcRdmaConnection, st: CallState): void {
       const reg = c.registrar.registerSource(call.message);
       st.regs.push(reg);
       sc.read(0, reg.mr.rkey, call.message.length, reg.mr.iova);
+      st.readChunkBytes = call.message.length;
       c.counters.longCalls++;
     } else {
       c.counters.inlineCalls++;
@@ -258,6 +263,8 @@ export function onReply(
     c.counters.repliesReceived++;
     try {
       st.reply = reassembleReply(c, st, h, buf, end);
+      // A reply means the peer pulled every Read chunk first (RFC 8166 §3.5.4: it must, to process the call).
+      c.counters.peerReadBytes += st.readChunkBytes;
     } catch (e) {
       st.error =
         e instanceof TransportError
@@ -302,6 +309,7 @@ export function reassembleReply(
       );
     }
     c.counters.longReplies++;
+    c.counters.peerWriteBytes += n;
     inline = st.replyReg.mr.buffer.subarray(0, n);
   } else {
     inline = buf.subarray(h.payloadOffset, end);
@@ -325,6 +333,7 @@ export function reassembleReply(
         },
       );
     }
+    c.counters.peerWriteBytes += n;
     // An empty Write chunk (a failed READ, an empty file) leaves the Payload stream whole: nothing to
     // re-insert, and the result it was offered for may not even be in the reply.
     if (n === 0) continue;

@@ -28,6 +28,8 @@ export interface CallState {
   noWriteChunks: boolean;
   writeNeed: number[] | null;
   replyNeed: number;
+  /** Bytes exposed in the Read chunks of the current send (the peer pulls them before it replies). */
+  readChunkBytes: number;
   inFlight: boolean;
   /** Responder-provided Read chunk being pulled (seed 002): the sink, the reply header, reads left. */
   pullSink: ChunkRegistration | null;

@@ -113,6 +113,10 @@ export interface ConnectionCounters {
   rdmaReadBytes: number;
   /** Bytes pushed by RDMA Write (Write and Reply chunks of calls we serve). */
   rdmaWriteBytes: number;
+  /** Bytes of our calls' Read chunks the peer pulled (counted when its reply arrives). */
+  peerReadBytes: number;
+  /** Bytes the peer wrote into our calls' Write and Reply chunks (as its replies state). */
+  peerWriteBytes: number;
   /** Calls sent offering at least one Write chunk / a Reply chunk (RFC 8166 §3.4). */
   writeChunkCalls: number;
   replyChunkCalls: number;

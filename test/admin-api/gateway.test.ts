@@ -258,6 +258,9 @@ test('counters move when traffic flows, in /v1/stats and /metrics', async (t) =>
       t.is(typeof u.creditStalls, 'number');
       t.is(u.rdmaWriteBytes, 0, 'the peer, not the gateway, wrote the SOURCE data');
     }
+    const peerWrote = (s: { upstreams: { peerRdmaWriteBytes?: number }[] }) =>
+      s.upstreams.reduce((n, u) => n + (u.peerRdmaWriteBytes ?? 0), 0);
+    t.is(peerWrote(s2) - peerWrote(s1), 200_000, 'the SOURCE data, written by the peer into our Write chunk');
     const text = await (await request(`${h.url}/metrics`)).body.text();
     for (const family of ['rdma_credit_stalls_total', 'rdma_read_bytes_total', 'rdma_write_bytes_total'])
       t.true(

@@ -1,6 +1,6 @@
 /**
- * The counters the admin API reports per connection: bytes moved by RDMA Read and Write on the end that
- * moved them, calls by the chunks they offer, RPC-over-RDMA errors by code name on both ends, and calls
+ * The counters the admin API reports per connection: bytes moved by RDMA Read and Write by this end and
+ * by the peer, calls by the chunks they offer, RPC-over-RDMA errors by code name on both ends, and calls
  * that waited for a credit on a ready connection.
  */
 import test from 'ava';
@@ -48,6 +48,9 @@ test('RDMA Read and Write bytes are counted on the end that moved them; calls by
   t.is(c.replyChunkCalls, 1);
   t.is(c.rdmaReadBytes, 0, 'the requester moved nothing itself');
   t.is(c.rdmaWriteBytes, 0);
+  t.is(c.peerReadBytes, s.rdmaReadBytes, 'what the peer pulled, as the requester counts it');
+  t.is(c.peerWriteBytes, s.rdmaWriteBytes, 'what the peer wrote, as its replies state');
+  t.is(s.peerReadBytes + s.peerWriteBytes, 0, 'the server end made no calls');
 });
 
 for (const version of [1, 2] as const) {
