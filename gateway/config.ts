@@ -49,6 +49,8 @@ export interface GatewayConfig {
     peer: Endpoint;
     poolSize: number;
     provider: ProviderChoice;
+    /** Soft provider: request MPA CRC32c (used when either end requests it). */
+    softCrc: boolean;
     /** 2 proposes Version 2 and falls back to Version 1; 1 speaks Version 1 only. */
     protocolVersion: 1 | 2;
     credits: number;
@@ -196,6 +198,12 @@ export const CONFIG_SCHEMA: readonly KeyDef[] = [
     default: 'auto',
     doc: '`native` (libibverbs/librdmacm), `soft` (userspace iWARP over TCP), or `auto` (native when an RDMA device exists).',
     aliases: ['provider'],
+  },
+  {
+    key: 'rdma.softCrc',
+    kind: { type: 'enum', values: [true, false] },
+    default: true,
+    doc: 'Soft provider: request the MPA CRC32c on every FPDU (RFC 5044 §4.4). It is used when either end requests it, so `false` saves the CRC work only if the peer does not request it either. Turn it off only on a link you trust end to end (loopback, a private encrypted network): TCP checksums remain, but MPA CRC is what catches corruption by middleboxes.',
   },
   {
     key: 'rdma.protocolVersion',

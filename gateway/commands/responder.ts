@@ -24,7 +24,7 @@ export async function responder(ctx: CommandContext): Promise<number> {
     base: { role: 'responder' },
   });
   const log = root;
-  const { provider, reason } = selectProvider(config.rdma.provider);
+  const { provider, reason } = selectProvider(config.rdma.provider, { soft: { crc: config.rdma.softCrc } });
   const transport = transportOptions(config);
   let testProgram: TestProgramServer | null = null;
   let upstream = config.upstream;

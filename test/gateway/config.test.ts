@@ -162,3 +162,15 @@ test('docs/configuration.md documents every key with its default, variable and f
     t.true(row?.includes(`--${flagName(d.key)}`), `${d.key} flag`);
   }
 });
+
+test('rdma.softCrc: on by default, off from a flag or the environment', (t) => {
+  t.true(loadConfig({ env: {}, flags: new Map() }).config.rdma.softCrc);
+  t.false(loadConfig({ env: {}, flags: flags([['rdma-soft-crc', ['false']]]) }).config.rdma.softCrc);
+  t.false(
+    loadConfig({ env: { RPCRDMA_GATEWAY_RDMA_SOFT_CRC: 'false' }, flags: new Map() }).config.rdma.softCrc,
+  );
+  t.throws(() => loadConfig({ env: { RPCRDMA_GATEWAY_RDMA_SOFT_CRC: 'maybe' }, flags: new Map() }), {
+    instanceOf: ConfigError,
+    message: /rdma\.softCrc/,
+  });
+});

@@ -206,3 +206,20 @@ test('killing an RDMA connection under load loses no call', async (t) => {
   await waitFor(() => g.router.stats.inFlight === 0, 'router idle');
   t.deepEqual(gauges(g), BASELINE);
 });
+
+test('with rdma.softCrc off (both ends, embedded chain) calls of every kind go through intact', async (t) => {
+  const g = await startTestGateway({ poolSize: 1, softCrc: false });
+  const client = await TestProgramClient.connect({ host: '127.0.0.1', port: g.addresses[0].port });
+  t.teardown(async () => {
+    client.rpc.destroy();
+    await g.stop(0);
+  });
+  const small = randomBytes(100);
+  t.deepEqual(await client.echo(small), small);
+  const big = randomBytes(3 * 1024 * 1024 + 5);
+  t.deepEqual(await client.echo(big), big, 'Read chunk out, Write chunk back');
+  t.is(await client.sink(big), big.length);
+  const src = await client.source(2 * 1024 * 1024, 42);
+  t.is(src.length, 2 * 1024 * 1024);
+  t.true(sumCounters(g, 'responder', 'rdmaReads') > 0 && sumCounters(g, 'responder', 'rdmaWrites') > 0);
+});

@@ -19,6 +19,8 @@ export interface TestGatewayOptions {
   maxCallsInFlight?: number;
   backoffMs?: number;
   routerTickMs?: number;
+  /** Soft provider MPA CRC (`rdma.softCrc`). */
+  softCrc?: boolean;
 }
 
 export function testConfig(o: TestGatewayOptions = {}): GatewayConfig {
@@ -30,6 +32,7 @@ export function testConfig(o: TestGatewayOptions = {}): GatewayConfig {
   config.rdma.holdTimeMs = o.holdTimeMs ?? config.rdma.holdTimeMs;
   if (o.peer) config.rdma.peer = o.peer;
   if (o.maxCallsInFlight) config.frontend.maxCallsInFlight = o.maxCallsInFlight;
+  if (o.softCrc !== undefined) config.rdma.softCrc = o.softCrc;
   config.log.level = 'silent';
   return config;
 }
