@@ -31,6 +31,8 @@ export interface GaneshaConfigInput {
   pseudoPath: string;
   /** Per-instance NFSv4 recovery root (the default /var/lib/nfs/ganesha would be shared by all tests). */
   recoveryRoot: string;
+  /** Grant NFSv4 delegations (`NFSv4 { Delegations = true }`, export `Delegations = RW`). Default off. */
+  delegations?: boolean;
 }
 
 /** The ganesha.conf text for `c`. Pure, so its choices can be unit-tested. */
@@ -63,7 +65,7 @@ ${v3 ? `  MNT_Port = ${c.mountPort};\n  Mount_Path_Pseudo = true;\n` : ''}  Enab
   Protocols = ${protocols};
 }
 NFSV4 {
-  Graceless = true;
+  Graceless = true;${c.delegations ? '\n  Delegations = true;' : ''}
   Only_Numeric_Owners = true;
   RecoveryRoot = ${c.recoveryRoot};
 }
@@ -76,7 +78,7 @@ EXPORT {
   Protocols = ${protocols};
   Transports = TCP;
   SecType = sys;
-  Attr_Expiration_Time = 0;
+  Attr_Expiration_Time = 0;${c.delegations ? '\n  Delegations = RW;' : ''}
 ${fsal}
 }
 `;
@@ -88,6 +90,7 @@ export interface GaneshaOptions {
   pseudoPath?: string;
   /** Name used for files and logs (default `ganesha`). */
   name?: string;
+  delegations?: boolean;
 }
 
 export interface GaneshaInstance {
@@ -133,6 +136,7 @@ export async function startGanesha(
         exportDir,
         pseudoPath,
         recoveryRoot,
+        delegations: options.delegations,
       }),
     );
     const nfsVersion = Math.max(...options.protocols);

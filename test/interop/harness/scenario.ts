@@ -83,6 +83,8 @@ export interface Scenario {
   rpcbind: 'running' | 'absent' | 'unused';
   /** Capture the target's ports (plus port 111 when rpcbind is involved) from before the first client. */
   capture?: boolean;
+  /** The backend grants NFSv4 delegations. */
+  backendDelegations?: boolean;
   run(ctx: ScenarioContext): Promise<void>;
 }
 
@@ -128,6 +130,7 @@ async function runScenarioOnce(t: ExecutionContext, scenario: Scenario, target: 
   const backend = await startGanesha(session, {
     protocols: scenario.backendProtocols,
     name: 'ganesha-backend',
+    delegations: scenario.backendDelegations,
   });
   let capture: Capture | undefined;
   const link = await target.build(session, backend, {
