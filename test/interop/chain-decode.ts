@@ -6,12 +6,15 @@
  * Writes. With Version 2 Wireshark has no RPC-over-RDMA dissector, but MPA, DDP and RDMAP must be intact.
  */
 import { execFile } from 'node:child_process';
+import type { ExecutionContext } from 'ava';
 import { tsharkFields } from './harness/capture.js';
 import { SIZES, sha256File, writeRandomFile } from './harness/checksum.js';
 import { nfsCatSha256, nfsCopyIn, nfsCopyOut } from './harness/libnfs.js';
 import type { Scenario, ScenarioContext } from './harness/scenario.js';
 
 const NFS3_READ = '6';
+/** NFSv4 READ operation (RFC 7530 §16.22). */
+const NFS4_OP_READ = '25';
 const NFS3_WRITE = '7';
 
 /** Counts "Good CRC32" / "Bad CRC32" in tshark's verbose MPA trees (the field itself holds the value). */
@@ -76,6 +79,43 @@ async function checkMpaDdp(ctx: ScenarioContext, pcap: string): Promise<void> {
     `${ctx.target.name}: ${broken.length} frames with an upper-layer decode error, ${lowerLayer.length} lower`,
   );
   t.deepEqual(lowerLayer, [], 'no malformed MPA/DDP/RDMAP frame');
+}
+
+/**
+ * Wireshark flags "[Malformed Packet: NFS]" on the Version 1 frames that carry a READ reply with a Write
+ * chunk. Each such frame holds the reply twice: first as sent, reduced (RFC 8166 §3.4.3: the opaque's
+ * length word stays in the Payload stream, its contents travel in the Write chunk), which the NFS dissector
+ * reads up to that length word and then runs out of bytes on; then reassembled with the chunk data, intact.
+ * Checked frame by frame, so that a real fault (a missing length word, a reply decoded only once) fails.
+ */
+async function explainMalformedReadReplies(t: ExecutionContext, pcap: string): Promise<void> {
+  const frames = await tsharkFields(pcap, 'rpcordma && _ws.malformed', [
+    'frame.number',
+    'rpc.msgtyp',
+    'rpcordma.writes_count',
+    'rpcordma.rdma_length',
+    'rpc.opaque_length',
+    'nfs.procedure_v3',
+    'nfs.opcode',
+  ]);
+  for (const [frame, msgtyp, writes, chunkLengths, opaqueLengths, v3proc, v4ops] of frames) {
+    const what = `frame ${frame[0]}`;
+    t.true(
+      msgtyp.filter((m) => m === '1').length >= 2,
+      `${what}: the reply dissected twice, reduced and then reassembled (${msgtyp})`,
+    );
+    t.true(Number(writes[0]) >= 1, `${what}: the reply carries a Write list`);
+    t.true(v3proc.includes(NFS3_READ) || v4ops.includes(NFS4_OP_READ), `${what}: a READ reply`);
+    // The reduced reply's last word is the opaque length, equal to the bytes the responder wrote.
+    t.true(
+      chunkLengths.some((n) => opaqueLengths.includes(n)),
+      `${what}: the length word stayed inline (${opaqueLengths}) for the chunk (${chunkLengths})`,
+    );
+  }
+  t.log(
+    `${frames.length} frames flagged malformed by Wireshark's NFS dissector: each a READ reply with a Write ` +
+      'chunk, decoded first reduced (length word inline, data in the chunk) and then reassembled intact',
+  );
 }
 
 /** (6, Version 1) iwarp_mpa → iwarp_ddp_rdmap → rpcordma → rpc → nfs, with chunks and reassembly. */
@@ -157,6 +197,7 @@ export const chainDecodeV1: Scenario = {
     const longReplies = [...chunksByXid.values()].filter(([, r]) => r && r.reply > 0 && r.writes === 0);
     // READDIR / NFSv4 GETATTR-style replies of unknown size legitimately use a Reply chunk (RFC 8166 §3.5.4).
     t.log(`${longReplies.length} other replies came as Long Replies (Reply chunk, no Write chunk)`);
+    await explainMalformedReadReplies(t, pcap);
   },
 };
 
