@@ -19,6 +19,27 @@ export interface SoakOptions {
   cases: number;
 }
 
+/**
+ * The seeds of the tests that failed in an ava run's output: each randomised test logs
+ * `seed N (random; replay with FAULT_SEED=N)` (or `(commit …; replay …)`) right under its title line,
+ * and a failed one's title line carries ✘.
+ */
+export function failingSeeds(output: string): string[] {
+  const lines = output.split('\n');
+  const seeds: string[] = [];
+  for (let i = 0; i < lines.length; i++) {
+    if (!lines[i].includes('✘')) continue;
+    for (let j = i + 1; j < Math.min(lines.length, i + 6); j++) {
+      const m = /seed (\d+) \([^)]*replay with [A-Z_]+=\d+\)/.exec(lines[j]);
+      if (m) {
+        seeds.push(m[1]);
+        break;
+      }
+    }
+  }
+  return seeds;
+}
+
 export function parseSoakArgs(argv: readonly string[]): SoakOptions {
   const out: SoakOptions = { minutes: 5, cases: 1 };
   for (let i = 0; i < argv.length; i++) {
@@ -118,7 +139,7 @@ function runCampaign(name: string, cases: number): Promise<RoundResult> {
     }, 250);
     child.on('exit', (code) => {
       clearInterval(sampler);
-      const seeds = [...text.matchAll(/seed (\d+) \(replay/g)].map((m) => m[1]);
+      const seeds = failingSeeds(text);
       if (code !== 0) process.stderr.write(text);
       resolve({
         campaign: name,
@@ -207,4 +228,5 @@ async function main(): Promise<void> {
   process.exitCode = failed.length === 0 ? 0 : 1;
 }
 
-await main();
+// Run only as the program (`npm run soak`), not when a test imports the parsers above.
+if (process.argv[1] === fileURLToPath(import.meta.url)) await main();

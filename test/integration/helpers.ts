@@ -75,6 +75,24 @@ export const BASELINE = {
   responderPending: 0,
 };
 
+/**
+ * The gauges once they are back at BASELINE, or as they are after `timeoutMs`. After an RDMA connection is
+ * killed, the responder keeps the calls it had already forwarded upstream until their replies come back
+ * (then drops them: RFC 8166 §3.3.1, the requester resends elsewhere), so its `responderPending` drains a
+ * moment after the router is idle. A leak shows as gauges that never come back.
+ */
+export async function settledGauges(g: Gateway, timeoutMs = 10_000): Promise<ReturnType<typeof gauges>> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const now = gauges(g);
+    const atBaseline = (Object.keys(BASELINE) as (keyof typeof BASELINE)[]).every(
+      (k) => now[k] === BASELINE[k],
+    );
+    if (atBaseline || Date.now() > deadline) return now;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 /** Sums a transport counter over the pool's connections (client ends) or the responder's (server ends). */
 export function sumCounters(
   g: Gateway,

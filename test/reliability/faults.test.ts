@@ -16,7 +16,7 @@ import { TEST_PROGRAM, TEST_VERSION, TestProc } from '../../gateway/test-program
 import type { RpcRdmaConnection } from '../../rdma-backend/transport/index.js';
 import { connectRaw, framedCall, waitFor } from '../gateway/helpers.js';
 import { testSeed } from '../helpers/seed.js';
-import { BASELINE, gauges, startTestGateway, sumCounters } from '../integration/helpers.js';
+import { BASELINE, gauges, settledGauges, startTestGateway, sumCounters } from '../integration/helpers.js';
 
 function seedFor(t: ExecutionContext): number {
   return testSeed(t, 'FAULT_SEED');
@@ -145,7 +145,13 @@ test('RDMA connections killed between Send and Reply, in Read and Write chunk tr
     'idle and reconnected',
     10_000,
   );
-  t.deepEqual(gauges(g), BASELINE);
+  // Calls already forwarded upstream on a killed connection drain from the responder a moment later.
+  const idleAt = Date.now();
+  const forwardedAtIdle = gauges(g).responderPending;
+  t.deepEqual(await settledGauges(g), BASELINE);
+  t.log(
+    `responder: ${forwardedAtIdle} forwarded calls still pending at idle, drained in ${Date.now() - idleAt} ms`,
+  );
 });
 
 test('TCP clients dropped at random moments with calls in flight: their resends and everyone else complete', async (t) => {
@@ -180,7 +186,7 @@ test('TCP clients dropped at random moments with calls in flight: their resends 
   t.is(totals.completed, passes * mix.length);
   t.true(drops > 0 && totals.reconnects > 0);
   await waitFor(() => g.router.stats.inFlight === 0 && g.router.stats.queued === 0, 'orphans consumed');
-  t.deepEqual(gauges(g), BASELINE);
+  t.deepEqual(await settledGauges(g), BASELINE);
 });
 
 test('a client that never reads its replies stalls only itself, and leaks nothing once gone', async (t) => {
@@ -224,5 +230,5 @@ test('a client that never reads its replies stalls only itself, and leaks nothin
     'stalled client gone',
     10_000,
   );
-  t.deepEqual(gauges(g), BASELINE);
+  t.deepEqual(await settledGauges(g), BASELINE);
 });
