@@ -55,11 +55,20 @@ function one(i: number): Promise<void> {
 }
 
 const oneByte = Buffer.alloc(1, 0x5a);
+// Each slowloris client sends its byte once per TRICKLE_MS, the clients spread evenly over that period
+// (a tick every 100 ms serves the next slice), as independent clients would: not 1,000 bytes at once.
+const TICK_MS = 100;
+let nextTrickle = 0;
 const trickle =
   trickleMs > 0
     ? setInterval(() => {
-        for (const s of slowloris) if (!s.destroyed) s.write(oneByte);
-      }, trickleMs)
+        const n = slowloris.length;
+        const perTick = Math.ceil((n * TICK_MS) / trickleMs);
+        for (let k = 0; k < perTick && n > 0; k++) {
+          const s = slowloris[nextTrickle++ % n];
+          if (!s.destroyed) s.write(oneByte);
+        }
+      }, TICK_MS)
     : undefined;
 
 // Bounded concurrency of connect() calls: the accept queue (somaxconn) is finite.
