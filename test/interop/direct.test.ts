@@ -5,19 +5,8 @@
  */
 import { requireExecutable, testWithPeers } from '../helpers/peers.js';
 import { direct, runScenario } from './harness/scenario.js';
-import { SCENARIOS } from './scenarios.js';
+import { SCENARIO_PEERS as PEERS, SCENARIOS } from './scenarios.js';
 
-const PEERS = [
-  'ganesha.nfsd',
-  'rpcbind',
-  'rpcinfo',
-  'nfs-ls',
-  'nfs-cp',
-  'nfs-cat',
-  'tshark',
-  'dumpcap',
-  'timeout',
-];
 const test = testWithPeers(...PEERS);
 
 for (const scenario of SCENARIOS) {

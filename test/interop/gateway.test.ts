@@ -8,19 +8,8 @@ import { requireExecutable, testWithPeers } from '../helpers/peers.js';
 import { chainDecodeV1, chainDecodeV2 } from './chain-decode.js';
 import { gatewayTarget } from './harness/gateway-target.js';
 import { runScenario } from './harness/scenario.js';
-import { nfsv3Files, SCENARIOS } from './scenarios.js';
+import { nfsv3Files, SCENARIO_PEERS as PEERS, SCENARIOS } from './scenarios.js';
 
-const PEERS = [
-  'ganesha.nfsd',
-  'rpcbind',
-  'rpcinfo',
-  'nfs-ls',
-  'nfs-cp',
-  'nfs-cat',
-  'tshark',
-  'dumpcap',
-  'timeout',
-];
 const test = testWithPeers(...PEERS);
 
 const v1 = gatewayTarget(1);

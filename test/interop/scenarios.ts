@@ -339,6 +339,19 @@ export const decodeBaseline: Scenario = {
   },
 };
 
+/** The programs the scenario table needs, direct and through the gateway (a missing one fails under CI). */
+export const SCENARIO_PEERS = [
+  'ganesha.nfsd',
+  'rpcbind',
+  'rpcinfo',
+  'nfs-ls',
+  'nfs-cp',
+  'nfs-cat',
+  'tshark',
+  'dumpcap',
+  'timeout',
+];
+
 /** The table, in issue order. */
 export const SCENARIOS: readonly Scenario[] = [
   nfsv3Files,
