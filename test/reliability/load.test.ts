@@ -45,6 +45,17 @@ async function rate(clients: TestProgramClient[], ms: number): Promise<number> {
   return (calls * 1000) / ms;
 }
 
+/**
+ * The best of three 600 ms windows, as the benchmarks report the best of their rounds: a garbage
+ * collection or a scheduling hiccup on the two shared cores costs one window, while a cost that grows with
+ * the connections held (the thing this test guards against) slows all three.
+ */
+async function bestRate(clients: TestProgramClient[]): Promise<number> {
+  let best = 0;
+  for (let i = 0; i < 3; i++) best = Math.max(best, await rate(clients, 600));
+  return best;
+}
+
 interface GeneratorLine {
   phase: 'open' | 'done';
   connected: number;
@@ -76,7 +87,7 @@ test('10,000 idle and slowloris connections against a cap of 2,000: refused, tim
     for (const c of clients) c.echo(Buffer.from('ka')).catch(() => {});
   }, 500);
   t.teardown(() => clearInterval(keepAlive));
-  const before = await rate(clients, 2000);
+  const before = await bestRate(clients);
   const heapBefore = heapAfterGc();
   const rssBefore = process.memoryUsage().rss;
 
@@ -116,11 +127,11 @@ test('10,000 idle and slowloris connections against a cap of 2,000: refused, tim
   peakOpen = Math.max(peakOpen, server.connections.size);
   await waitFor(() => lines.some((l) => l.phase === 'open'), 'every flood connection attempted', 30_000);
   const opened = lines.find((l) => l.phase === 'open') as GeneratorLine;
-  // The cap is held by idle and half-sent connections and the churn is over: the rate must be back. Two
-  // seconds each, before and here (ending well before the 10 s timeouts): one-second windows on two shared
-  // cores swung by ±40 % from scheduling alone.
+  // The cap is held by idle and half-sent connections and the churn is over: the rate must be back. Best
+  // of three windows, before and here (ending well before the 10 s timeouts): single windows on two shared
+  // cores swung by ±40 % from scheduling alone (once in 18 soak rounds even over 2 s).
   const heldDuringHold = server.connections.size;
-  const holding = await rate(clients, 2000);
+  const holding = await bestRate(clients);
 
   // Idle connections time out, trickling ones reach their record deadline; the generator reports once all of its sockets closed.
   const code = await exited;
