@@ -97,6 +97,11 @@ export interface GatewayControlOptions {
   devices?: string[];
   version?: string;
   startedAt?: number;
+  /**
+   * How long an upstream taken offline may keep its calls in flight before its connection is closed
+   * anyway (the router resends what is left on another). Default 30 s.
+   */
+  offlineDrainMs?: number;
 }
 
 /** Counter fields summed across the connections a slot has had. */
@@ -146,8 +151,6 @@ export class GatewayControlAdapter implements GatewayControl {
   private readonly offlineSlots = new Set<number>();
   /** Offline slots still draining before the pool parks them. */
   private readonly parkTimers = new Map<number, NodeJS.Timeout>();
-  /** How long an offline slot's calls in flight may take before its connection is closed anyway. */
-  private readonly offlineDrainMs = 30_000;
   private stopWatchingPool: (() => void) | null = null;
 
   constructor(
@@ -536,16 +539,16 @@ export class GatewayControlAdapter implements GatewayControl {
    */
   private parkWhenIdle(id: number): void {
     this.cancelPark(id);
-    const deadline = Date.now() + this.offlineDrainMs;
+    const drainMs = this.o.offlineDrainMs ?? 30_000;
+    const deadline = Date.now() + drainMs;
     const timer = setInterval(() => {
-      const conn = this.gateway.pool.snapshot().slots[id].connection;
-      const live = conn ? this.gateway.pool.connections().find((c) => c.id === conn.id) : undefined;
-      const busy = live ? this.gateway.router.callsOn(live) : 0;
+      const conn = this.gateway.pool.connectionAt(id);
+      const busy = conn ? this.gateway.router.callsOn(conn) : 0;
       if (busy > 0 && Date.now() < deadline) return;
       this.cancelPark(id);
       if (busy > 0)
         this.o.logger.warn(
-          { upstream: id, callsInFlight: busy, drainMs: this.offlineDrainMs },
+          { upstream: id, callsInFlight: busy, drainMs },
           `upstream ${id}: calls still in flight after the drain time; closing (the router resends them)`,
         );
       this.gateway.pool.park(id, 'upstream taken offline through the admin API');

@@ -287,6 +287,11 @@ export class ConnectionPool {
     void this.connectSlot(s);
   }
 
+  /** The connection slot `index` holds now (ready or negotiating), or null. */
+  connectionAt(index: number): RpcRdmaConnection | null {
+    return this.slotAt(index).conn;
+  }
+
   isParked(index: number): boolean {
     return this.slotAt(index).parked;
   }

@@ -13,6 +13,7 @@ import { type AdminApi, createAdminApi } from '../../admin-api/index.js';
 import { gatewayControl } from '../../gateway/control.js';
 import { type Gateway, startGateway } from '../../gateway/gateway.js';
 import { TEST_PROGRAM, TestProgramClient } from '../../gateway/test-program/index.js';
+import { sourcePattern } from '../../gateway/test-program/pattern.js';
 import { AcceptStat } from '../../rpc/constants.js';
 import { RpcClient } from '../../tcp-frontend/client.js';
 import { captureLogger, waitFor } from '../gateway/helpers.js';
@@ -26,11 +27,14 @@ interface Harness {
   api: AdminApi;
   url: string;
   client: TestProgramClient;
+  logLines: Record<string, unknown>[];
 }
 
-async function start(o: { poolSize?: number; grant?: number } = {}): Promise<Harness> {
+async function start(
+  o: { poolSize?: number; grant?: number; offlineDrainMs?: number } = {},
+): Promise<Harness> {
   const config = testConfig({ poolSize: o.poolSize ?? 2 });
-  const { logger } = captureLogger();
+  const { logger, lines: logLines } = captureLogger();
   logger.level = 'info';
   const g = await startGateway({
     config,
@@ -39,7 +43,7 @@ async function start(o: { poolSize?: number; grant?: number } = {}): Promise<Har
     backoff: { initialMs: 50, maxMs: 500 },
   });
   const api = await createAdminApi({
-    control: gatewayControl(g, { config, logger }),
+    control: gatewayControl(g, { config, logger, offlineDrainMs: o.offlineDrainMs }),
     logger,
     port: 0,
     token: TOKEN,
@@ -50,7 +54,7 @@ async function start(o: { poolSize?: number; grant?: number } = {}): Promise<Har
     port: g.addresses[0].port,
     callTimeoutMs: 20_000,
   });
-  return { g, api, url, client };
+  return { g, api, url, client, logLines };
 }
 
 async function stop(h: Harness): Promise<void> {
@@ -409,6 +413,29 @@ test('offline: no new calls, the connection closes once its calls are answered a
     const s5 = await sentBy();
     t.true(s5[0] - s4[0] > 0, 'slot 0 takes calls again');
     t.is(s5[0] - s4[0] + (s5[1] - s4[1]), 20);
+  } finally {
+    await stop(h);
+  }
+});
+
+test('offline with calls that outlast the drain time: closed anyway, the router resends them, none is lost', async (t) => {
+  const h = await start({ offlineDrainMs: 1 });
+  try {
+    await waitFor(() => h.g.pool.snapshot().ready === 2, 'two ready connections');
+    const calls = Array.from({ length: 6 }, (_, i) => h.client.source(2_000_000, i));
+    const slot0 = h.g.pool.connectionAt(0);
+    await waitFor(() => slot0 !== null && h.g.router.callsOn(slot0) > 0, 'calls in flight on slot 0');
+    const retransmitsBefore = h.g.router.stats.retransmits;
+    t.is((await json(h, 'POST', '/v1/upstreams/0/offline')).status, 200);
+    const results = await Promise.all(calls);
+    results.forEach((r, i) =>
+      t.true(r.equals(sourcePattern(i, 2_000_000)), `call ${i} answered with its bytes`),
+    );
+    t.true(h.g.router.stats.retransmits > retransmitsBefore, 'the calls cut off on slot 0 were resent');
+    await waitFor(() => h.g.pool.snapshot().slots[0].state === 'parked', 'slot 0 parked');
+    const warned = h.logLines.find((l) => /still in flight after the drain time/.test(String(l.msg)));
+    t.like(warned, { upstream: 0, drainMs: 1 });
+    t.true(Number(warned?.callsInFlight) > 0);
   } finally {
     await stop(h);
   }
