@@ -306,10 +306,12 @@ export class Dispatcher implements FrontendHandler {
     }
     const program = record.readUInt32BE(12);
     const version = record.readUInt32BE(16);
-    if (this.table.knows(program)) this.perProgram.set(program, (this.perProgram.get(program) ?? 0) + 1);
-    else this.otherPrograms++;
     const allowed = this.listeners.get(conn.localPort);
     const route = allowed && !allowed.has(program) ? undefined : this.table.lookup(program, version);
+    // A routed call's program is in the table by definition; only an unrouted one needs the check.
+    if (route !== undefined || this.table.knows(program)) {
+      this.perProgram.set(program, (this.perProgram.get(program) ?? 0) + 1);
+    } else this.otherPrograms++;
     if (route === undefined) {
       const range = allowed && !allowed.has(program) ? undefined : this.table.versionRange(program);
       if (range === undefined) this.progUnavail(conn, record, program, version);
