@@ -4,7 +4,7 @@
  * TCP connection is closed (it retransmits by itself) and no RPC reply is ever invented.
  */
 import { createServer } from 'node:net';
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import { defaultRegistry, transportOptions } from '../../gateway/gateway.js';
 import { Responder } from '../../gateway/responder.js';
 import { serveTestProgram, TestProgramClient } from '../../gateway/test-program/index.js';
@@ -19,6 +19,27 @@ async function freePort(): Promise<number> {
   const { port } = s.address() as { port: number };
   await new Promise((r) => s.close(r));
   return port;
+}
+
+/**
+ * A responder (in front of a test-program server) for `port`, created but not listening: the peer the
+ * gateway waits for. Its teardown is registered (it runs after the gateway's, which is registered later).
+ */
+async function lateResponder(t: ExecutionContext, port: number): Promise<{ responder: Responder }> {
+  const upstream = await serveTestProgram();
+  const responder = new Responder({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port,
+    upstream: { host: '127.0.0.1', port: upstream.addresses[0].port },
+    registry: defaultRegistry(),
+    transport: transportOptions(testConfig()),
+  });
+  t.teardown(async () => {
+    await responder.close();
+    await upstream.close({ drainTimeoutMs: 0 });
+  });
+  return { responder };
 }
 
 test('with no RDMA peer, a call is held for the hold time, then its client is disconnected, never answered', async (t) => {
@@ -46,21 +67,10 @@ test('calls held while the peer is down complete once it comes up within the hol
   const port = await freePort();
   const g = await startTestGateway({ peer: { host: '127.0.0.1', port }, holdTimeMs: 10_000, backoffMs: 50 });
   const client = await TestProgramClient.connect({ host: '127.0.0.1', port: g.addresses[0].port });
-  const upstream = await serveTestProgram();
-  const device = await createSoftProvider().openDevice();
-  const responder = new Responder({
-    device,
-    host: '127.0.0.1',
-    port,
-    upstream: { host: '127.0.0.1', port: upstream.addresses[0].port },
-    registry: defaultRegistry(),
-    transport: transportOptions(testConfig()),
-  });
+  const { responder } = await lateResponder(t, port);
   t.teardown(async () => {
     client.rpc.destroy();
     await g.stop(0);
-    await responder.close();
-    await upstream.close({ drainTimeoutMs: 0 });
   });
   const calls = [
     client.echo(Buffer.alloc(100, 1)),
@@ -87,20 +97,10 @@ test('held calls go out as soon as a connection is ready, not at the next router
     routerTickMs: 600_000,
   });
   const client = await TestProgramClient.connect({ host: '127.0.0.1', port: g.addresses[0].port });
-  const upstream = await serveTestProgram();
-  const responder = new Responder({
-    device: await createSoftProvider().openDevice(),
-    host: '127.0.0.1',
-    port,
-    upstream: { host: '127.0.0.1', port: upstream.addresses[0].port },
-    registry: defaultRegistry(),
-    transport: transportOptions(testConfig()),
-  });
+  const { responder } = await lateResponder(t, port);
   t.teardown(async () => {
     client.rpc.destroy();
     await g.stop(0);
-    await responder.close();
-    await upstream.close({ drainTimeoutMs: 0 });
   });
   const calls = Promise.all([client.echo(Buffer.alloc(100, 1)), client.source(70_000, 5)]);
   await waitFor(() => g.router.stats.queued === 2, 'both calls held in the router');
