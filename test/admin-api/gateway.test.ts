@@ -428,9 +428,9 @@ test('offline with calls that outlast the drain time: closed anyway, the router 
     const retransmitsBefore = h.g.router.stats.retransmits;
     t.is((await json(h, 'POST', '/v1/upstreams/0/offline')).status, 200);
     const results = await Promise.all(calls);
-    results.forEach((r, i) =>
-      t.true(r.equals(sourcePattern(i, 2_000_000)), `call ${i} answered with its bytes`),
-    );
+    for (const [i, r] of results.entries()) {
+      t.true(r.equals(sourcePattern(i, 2_000_000)), `call ${i} answered with its bytes`);
+    }
     t.true(h.g.router.stats.retransmits > retransmitsBefore, 'the calls cut off on slot 0 were resent');
     await waitFor(() => h.g.pool.snapshot().slots[0].state === 'parked', 'slot 0 parked');
     const warned = h.logLines.find((l) => /still in flight after the drain time/.test(String(l.msg)));
