@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the test suites and benchmarks need: the real peers (tshark, nfs-ganesha,
-# libnfs, rpcbind, haproxy, socat) and the rdma-core headers for the optional native addon.
+# libnfs, rpcbind, haproxy, socat, glusterfs for the delegation-granting ganesha backend) and the rdma-core
+# headers for the optional native addon.
 # Idempotent; needs root (CI runs as root). Fails loudly on any error.
 set -euo pipefail
 
 packages=(
   tshark
   nfs-ganesha nfs-ganesha-vfs nfs-ganesha-proxy-v4 rpcbind libnfs-utils nfs-common
+  glusterfs-server nfs-ganesha-gluster
   haproxy socat
   libibverbs-dev librdmacm-dev ibverbs-providers pkg-config
   valgrind
@@ -32,3 +34,10 @@ export DEBIAN_FRONTEND=noninteractive
 echo "install-system-deps: installing ${missing[*]}"
 apt-get update -q
 apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+# The interop harness runs its own glusterd on port 24007 (test/interop/harness/gluster.ts): one that the
+# package's service scripts started just now would hold the port, so it is stopped again.
+if [[ " ${missing[*]} " == *" glusterfs-server "* ]] && pgrep -x glusterd > /dev/null; then
+  echo "install-system-deps: stopping the glusterd the package started (the tests run their own)"
+  systemctl stop glusterd 2> /dev/null || pkill -x glusterd || true
+fi

@@ -22,6 +22,7 @@ import {
 import { sha256File, writeRandomFile } from './harness/checksum.js';
 import { type NfsEndpoint, universalAddress } from './harness/endpoint.js';
 import { ganeshaConfig } from './harness/ganesha.js';
+import { brickHost, GLUSTERD_PORT, glusterdVolfile } from './harness/gluster.js';
 import { launch } from './harness/launcher.js';
 import { nfsCopyOut, nfsUrl, parseNfsLs } from './harness/libnfs.js';
 import { HEURISTICS_FIRST } from './harness/nfs-decode.js';
@@ -240,6 +241,39 @@ test('the ganesha config carries the settings DESIGN §4 requires', (t) => {
   const proxy = ganeshaConfig({ ...base, protocols: [4], fsal: { name: 'PROXY_V4', upstream } });
   t.regex(proxy, /Name = PROXY_V4;\s+Srv_Addr = 127\.0\.0\.1;\s+NFS_Port = 20100;/);
   t.regex(proxy, /Path = \/export;/, 'the proxy exports the upstream pseudo path');
+  const gluster = ganeshaConfig({
+    ...base,
+    protocols: [4],
+    delegations: true,
+    debugComponents: ['STATE'],
+    fsal: {
+      name: 'GLUSTER',
+      gluster: { host: '192.0.2.9', volume: 'vol1', brickDir: '/b', ganeshaLeaseShim: '/s.so' },
+    },
+  });
+  t.regex(gluster, /Name = GLUSTER;\s+Hostname = "192\.0\.2\.9";\s+Volume = "vol1";/);
+  t.regex(gluster, /Path = \/;/, 'FSAL_GLUSTER exports the volume root');
+  t.regex(gluster, /NFSV4 \{\s+Graceless = true;\s+Delegations = true;/, 'delegations on for the server');
+  t.regex(gluster, /Delegations = RW;/, 'and for the export');
+  t.regex(gluster, /^LOG \{\s+COMPONENTS \{\s+STATE = FULL_DEBUG;/m, 'debug components when asked');
+  t.false(v4.includes('LOG {'), 'no LOG block by default');
+  t.false(v4.includes('Delegations'), 'delegations off by default');
+});
+
+test('glusterd gets every directory of its own and the brick a non-loopback address', (t) => {
+  const vol = glusterdVolfile('/tmp/g');
+  for (const line of [
+    'option working-directory /tmp/g/lib',
+    'option run-directory /tmp/g/run',
+    'option logging-directory /tmp/g/log',
+    'option glusterd-sockfile /tmp/g/glusterd.socket',
+    `option transport.socket.listen-port ${GLUSTERD_PORT}`,
+  ]) {
+    t.true(vol.includes(line), line);
+  }
+  const host = brickHost();
+  t.regex(host, /^\d+\.\d+\.\d+\.\d+$/);
+  t.false(host.startsWith('127.'), 'glusterd refuses loopback bricks');
 });
 
 test('URLs give both ports for NFSv3 (no portmapper) and version=4 for NFSv4', (t) => {

@@ -5,16 +5,12 @@
  * already running, which it reuses and leaves alone. Something on port 111 that does not answer as rpcbind
  * is refused with a clear error rather than guessed around.
  */
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { lockMachineResource, MachineLockTimeoutError } from './machine-lock.js';
 import { isListening } from './ports.js';
 import { answersNull, RpcProgram } from './rpc-ping.js';
 import type { InteropSession } from './session.js';
 
 export const RPCBIND_PORT = 111;
-const LOCK_DIR = join(tmpdir(), 'rpcrdma-gateway-interop-rpcbind.lock');
 const LOCK_WAIT_MS = 100_000;
 
 export class RpcbindUnavailableError extends Error {
@@ -24,44 +20,13 @@ export class RpcbindUnavailableError extends Error {
   }
 }
 
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
 /** The exclusive right to use port 111, until the test's teardown. Waits for other holders (bounded). */
 async function lockPort111(session: InteropSession): Promise<void> {
-  const deadline = Date.now() + LOCK_WAIT_MS;
-  for (;;) {
-    try {
-      mkdirSync(LOCK_DIR);
-      writeFileSync(join(LOCK_DIR, 'owner'), `${process.pid}\n${session.t.title}\n`);
-      session.t.teardown(() => rmSync(LOCK_DIR, { recursive: true, force: true }));
-      return;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-    }
-    let owner = '';
-    try {
-      owner = readFileSync(join(LOCK_DIR, 'owner'), 'utf8');
-    } catch {
-      // Between the owner's mkdir and its write: retry.
-    }
-    const ownerPid = Number.parseInt(owner, 10);
-    if (owner !== '' && !pidAlive(ownerPid)) {
-      rmSync(LOCK_DIR, { recursive: true, force: true }); // left by a worker that died
-      continue;
-    }
-    if (Date.now() > deadline) {
-      throw new RpcbindUnavailableError(
-        `port 111 lock ${LOCK_DIR} still held after ${LOCK_WAIT_MS} ms by: ${owner.replace('\n', ' ')}`,
-      );
-    }
-    await sleep(100);
+  try {
+    await lockMachineResource(session, 'rpcbind', LOCK_WAIT_MS);
+  } catch (err) {
+    if (err instanceof MachineLockTimeoutError) throw new RpcbindUnavailableError(`port 111: ${err.message}`);
+    throw err;
   }
 }
 

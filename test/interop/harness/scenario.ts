@@ -7,7 +7,8 @@
 import type { ExecutionContext } from 'ava';
 import { type Capture, CaptureIncompleteError, startCapture } from './capture.js';
 import type { NfsEndpoint } from './endpoint.js';
-import { type GaneshaInstance, type NfsVersion, startGanesha } from './ganesha.js';
+import { type GaneshaFsal, type GaneshaInstance, type NfsVersion, startGanesha } from './ganesha.js';
+import { startGlusterVolume } from './gluster.js';
 import { RPCBIND_PORT, useRpcbind, withoutRpcbind } from './rpcbind.js';
 import { InteropSession } from './session.js';
 
@@ -85,6 +86,11 @@ export interface Scenario {
   capture?: boolean;
   /** The backend grants NFSv4 delegations. */
   backendDelegations?: boolean;
+  /**
+   * The backend's storage: `VFS` (default, a session directory) or `GLUSTER` (a one-brick volume started
+   * for the test, harness/gluster.ts: the FSAL that really grants delegations).
+   */
+  backendFsal?: 'VFS' | 'GLUSTER';
   run(ctx: ScenarioContext): Promise<void>;
 }
 
@@ -127,10 +133,15 @@ async function runScenarioOnce(t: ExecutionContext, scenario: Scenario, target: 
   let port111Silent: boolean | undefined;
   if (scenario.rpcbind === 'running') await useRpcbind(session);
   else if (scenario.rpcbind === 'absent') port111Silent = await withoutRpcbind(session);
+  const fsal: GaneshaFsal =
+    scenario.backendFsal === 'GLUSTER'
+      ? { name: 'GLUSTER', gluster: await startGlusterVolume(session) }
+      : { name: 'VFS' };
   const backend = await startGanesha(session, {
     protocols: scenario.backendProtocols,
     name: 'ganesha-backend',
     delegations: scenario.backendDelegations,
+    fsal,
   });
   let capture: Capture | undefined;
   const link = await target.build(session, backend, {
