@@ -16,7 +16,9 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ExecutionContext } from 'ava';
 import { requireExecutable, testWithPeers } from '../helpers/peers.js';
+import { tsharkFields } from './harness/capture.js';
 import { gatewayTarget, httpGet } from './harness/gateway-target.js';
+import { HEURISTICS_FIRST } from './harness/nfs-decode.js';
 import {
   NFS4_OK,
   NFS4ERR_DELAY,
@@ -25,7 +27,7 @@ import {
   OPEN4_SHARE_ACCESS_READ,
   OPEN4_SHARE_ACCESS_WRITE,
 } from './harness/nfs41-client.js';
-import { direct, runScenario, type Scenario, type Target } from './harness/scenario.js';
+import { direct, runScenario, type Scenario, type ScenarioContext, type Target } from './harness/scenario.js';
 
 const test = testWithPeers('ganesha.nfsd', 'glusterd');
 
@@ -44,6 +46,7 @@ const sessionAndRecall: Scenario = {
   rpcbind: 'unused',
   backendDelegations: true,
   backendFsal: 'GLUSTER',
+  capture: true,
   async run(ctx) {
     const t: ExecutionContext = ctx.t;
     const name = ctx.session.freshName('deleg');
@@ -95,8 +98,33 @@ const sessionAndRecall: Scenario = {
         'no callback went unrouted',
       );
     }
+    await wiresharkSawTheRecall(ctx);
   },
 };
+
+/**
+ * Wireshark, not our decoders, judges what crossed the wire. Direct, the capture is ganesha's TCP port; through
+ * the gateway it is the RDMA link, where Version 1 decodes as iwarp → rpcordma → rpc → nfs and the callback is
+ * a backward call (RFC 8167). Wireshark 4.0 has no Version 2 dissector: there, only the frames are counted.
+ */
+async function wiresharkSawTheRecall(ctx: ScenarioContext): Promise<void> {
+  const { t, capture } = ctx;
+  if (!capture) throw new Error('the scenario runs with a capture');
+  await capture.stopComplete();
+  if (ctx.target.name === 'gateway-v2') return;
+  // On the RDMA link the callback must be inside RPC-over-RDMA (a backward call on a Send), not beside it.
+  const filter = ctx.target.name === 'direct' ? 'nfs.cb.operation' : 'rpcordma && nfs.cb.operation';
+  const ops = await tsharkFields(capture.path, filter, ['rpc.msgtyp', 'nfs.cb.operation'], HEURISTICS_FIRST);
+  t.log(`callback messages in the capture (msgtyp, ops): ${JSON.stringify(ops)}`);
+  t.true(
+    ops.some(([type, op]) => type.includes('0') && op.includes('11') && op.includes('4')),
+    'a CB_COMPOUND call with CB_SEQUENCE (11) and CB_RECALL (4) is on the wire',
+  );
+  t.true(
+    ops.some(([type, op]) => type.includes('1') && op.includes('4')),
+    'and its reply, answering CB_RECALL',
+  );
+}
 
 const TARGETS: Target[] = [direct, gatewayTarget(1), gatewayTarget(2)];
 

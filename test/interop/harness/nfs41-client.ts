@@ -15,8 +15,12 @@ import { frameRecord, RecordDecoder } from '../../../tcp-frontend/record-marking
 import { opaque, rpcReply, xdr } from '../../backchannel/nfs41-bytes.js';
 
 const NFS4_PROGRAM = 100003;
-/** Our callback program number (csa_cb_program): any value; the server calls us with it. */
-export const CALLBACK_PROGRAM = 0x4000_0042;
+/**
+ * Our callback program number (csa_cb_program). Any value works with the server, which calls us with it;
+ * 0x40000000 is the one the Linux client uses (NFS4_CALLBACK), and the only one Wireshark's NFS dissector
+ * decodes as NFSv4 callbacks, so captures of this client are judged by Wireshark too.
+ */
+export const CALLBACK_PROGRAM = 0x4000_0000;
 
 export const Op = {
   ACCESS: 3,
