@@ -79,6 +79,33 @@ function findNodeDir() {
   return undefined;
 }
 
+// The CRC32c addon (rdma-backend/native/crc32c: the soft provider's MPA CRC, SSE4.2 over three lanes) needs
+// only a compiler, so it is built first and on its own: a machine without rdma-core still gets it. Failing
+// is not an error: the soft provider then uses @node-rs/crc32 or its TypeScript CRC, and says which.
+function buildCrc32c() {
+  const dir = join(nativeDir, 'crc32c');
+  const gyp = findNodeGyp();
+  const nodeDirForCrc = findNodeDir();
+  let ok = false;
+  let out = 'node-gyp not found';
+  if (gyp) {
+    const crcArgs = [gyp, 'rebuild', '--directory', dir];
+    if (nodeDirForCrc) crcArgs.push(`--nodedir=${nodeDirForCrc}`);
+    const r = spawnSync(process.execPath, crcArgs, {
+      encoding: 'utf8',
+      env: process.env,
+      maxBuffer: 16 << 20,
+    });
+    out = `${r.stdout ?? ''}${r.stderr ?? ''}`;
+    ok = r.status === 0 && existsSync(join(dir, 'build', 'Release', 'crc32c.node'));
+  }
+  writeFileSync(join(dir, 'build-native.log'), out);
+  process.stderr.write(
+    `rdma-backend/native/crc32c: ${ok ? 'built' : 'NOT built (the soft provider falls back to @node-rs/crc32); see rdma-backend/native/crc32c/build-native.log'}\n`,
+  );
+}
+if (!process.env.RDMA_NATIVE_STATUS_FILE) buildCrc32c();
+
 const dirs = includeDirs();
 const missing = HEADERS.filter((h) => !dirs.some((d) => existsSync(join(d, h.file))));
 if (missing.length > 0) {

@@ -7,7 +7,8 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import test from 'ava';
-import { findProjectRoot, notBuiltError } from '../../rdma-backend/providers/native/addon.js';
+import { findProjectRoot } from '../../common/project-root.js';
+import { notBuiltError } from '../../rdma-backend/providers/native/addon.js';
 
 test('without the rdma-core headers the build script succeeds and records the missing packages', (t) => {
   const root = findProjectRoot();

@@ -3,10 +3,17 @@
  * raw TCP socket: CRC32c, MPA negotiation (revision 1 answered with 1, markers refused, CRC off = zero
  * field), and the Terminate sent for a CRC error, a bad MSN, a bad MO and a Send with no Receive.
  */
+import { existsSync, readFileSync } from 'node:fs';
 import net from 'node:net';
+import { fileURLToPath } from 'node:url';
 import test from 'ava';
 import fc from 'fast-check';
-import { crc32c, crc32cSoftware, createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
+import {
+  crc32c,
+  crc32cImplementation,
+  crc32cSoftware,
+  createSoftProvider,
+} from '../../rdma-backend/providers/soft/index.js';
 import { decodeMpa, encodeMpa } from '../../rdma-backend/providers/soft/mpa.js';
 import {
   Access,
@@ -35,6 +42,28 @@ test('CRC32c check value, little-endian on the wire, chaining and native = softw
     }),
     { numRuns: 200 },
   );
+});
+
+test('the three-lane CRC32c addon serves where it is built, and equals the software CRC across lane bounds', (t) => {
+  // CI builds the addon (npm install) on x86-64 with SSE4.2: there it must be the one in use.
+  const built = existsSync(
+    fileURLToPath(new URL('../../../rdma-backend/native/crc32c/build/Release/crc32c.node', import.meta.url)),
+  );
+  const sse42 = /\bsse4_2\b/.test(readFileSync('/proc/cpuinfo', 'utf8'));
+  if (built && sse42 && process.env.RPCRDMA_SOFT_CRC === undefined) t.is(crc32cImplementation, 'sse42-3way');
+  else t.log(`CRC32c implementation: ${crc32cImplementation} (addon built: ${built}, SSE4.2: ${sse42})`);
+  // Lengths around the lane sizes (3×256 and 3×8192 bytes), odd starts (unaligned head) and chaining.
+  const big = Buffer.alloc(3 * 8192 * 3 + 37);
+  for (let i = 0; i < big.length; i++) big[i] = (i * 131 + 17) & 0xff;
+  for (const len of [511, 512, 767, 768, 769, 3 * 256 * 5 + 3, 24575, 24576, 24577, 49152 + 768 + 5, 73000]) {
+    for (const start of [0, 1, 5]) {
+      const end = start + len;
+      const want = crc32cSoftware(big, start, end, 0x1234_5678);
+      t.is(crc32c(big, start, end, 0x1234_5678), want, `len ${len} from ${start}`);
+      const mid = start + (len >> 1);
+      t.is(crc32c(big, mid, end, crc32c(big, start, mid, 0x1234_5678)), want, `chained at ${mid}`);
+    }
+  }
 });
 
 test('MPA frames round-trip; IRD/ORD words are stripped; 512-byte limit enforced', (t) => {

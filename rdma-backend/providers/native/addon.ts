@@ -6,8 +6,8 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { findProjectRoot } from '../../../common/project-root.js';
 import { NativeUnavailableError } from './errors.js';
 
 /** Must equal kAddonAbi in rdma-backend/native/src/addon.cc. */
@@ -252,18 +252,6 @@ export interface RdmaNativeAddon {
 export type AddonLoad =
   | { ok: true; addon: RdmaNativeAddon; path: string }
   | { ok: false; error: NativeUnavailableError };
-
-/** The project root: the nearest ancestor of this module that holds rdma-backend/native/binding.gyp. */
-export function findProjectRoot(from = dirname(fileURLToPath(import.meta.url))): string | undefined {
-  let dir = from;
-  for (let i = 0; i < 8; i++) {
-    if (existsSync(join(dir, 'rdma-backend', 'native', 'binding.gyp'))) return dir;
-    const up = dirname(dir);
-    if (up === dir) break;
-    dir = up;
-  }
-  return undefined;
-}
 
 /** What scripts/build-native.mjs recorded in rdma-backend/native/build-status.json. */
 export interface BuildStatus {
