@@ -18,6 +18,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { lockMachineResource } from './machine-lock.js';
 import { isListening } from './ports.js';
+import { pidAlive } from './processes.js';
 import type { InteropSession } from './session.js';
 
 export const GLUSTERD_PORT = 24007;
@@ -124,16 +125,7 @@ async function killAll(pids: readonly number[]): Promise<void> {
         // Already gone.
       }
     }
-    for (let i = 0; i < 40 && pids.some((p) => existsPid(p)); i++) await sleep(50);
-  }
-}
-
-function existsPid(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
+    for (let i = 0; i < 40 && pids.some((p) => pidAlive(p)); i++) await sleep(50);
   }
 }
 

@@ -7,21 +7,13 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { pidAlive } from './processes.js';
 import type { InteropSession } from './session.js';
 
 export class MachineLockTimeoutError extends Error {
   constructor(message: string) {
     super(message);
     this.name = 'MachineLockTimeoutError';
-  }
-}
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

@@ -17,7 +17,7 @@
  * (namespaces named after a worker PID that is gone).
  */
 import { execFile, execFileSync } from 'node:child_process';
-import type { ManagedProcess } from './processes.js';
+import { type ManagedProcess, pidAlive } from './processes.js';
 import type { InteropSession } from './session.js';
 
 const PREFIX = 'rgwdi';
@@ -47,15 +47,6 @@ function deleteNamespace(name: string): void {
     // Already gone.
   }
   liveNamespaces.delete(name);
-}
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 /** Our namespaces whose worker died before deleting them. */

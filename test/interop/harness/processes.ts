@@ -190,6 +190,16 @@ export class ManagedProcess {
  * PIDs of the processes of group `pgid` that are not zombies. `kill(-pgid, 0)` cannot tell: it succeeds
  * while orphaned members wait, dead, for an init that reaps slowly (as in some containers and microVMs).
  */
+/** Whether process `pid` exists (EPERM: it exists, under another user). */
+export function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
 export function liveGroupMembers(pgid: number): number[] {
   const members: number[] = [];
   for (const entry of readdirSync('/proc')) {
