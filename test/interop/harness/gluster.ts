@@ -170,7 +170,8 @@ export async function startGlusterVolume(session: InteropSession, name = 'gluste
   // `force`: the brick is on the root filesystem, which gluster otherwise refuses.
   await cli('volume', 'create', volume, `${host}:${brickDir}`, 'force');
   await cli('volume', 'set', volume, 'features.leases', 'on');
-  // open-behind defers the real open, and a lease asked for on its anonymous fd is refused (EINVAL).
+  // As gluster's own lease tests do: open-behind answers an open without opening the file on the brick,
+  // while a lease belongs to an fd the brick knows.
   await cli('volume', 'set', volume, 'performance.open-behind', 'off');
   await cli('volume', 'start', volume);
   const deadline = Date.now() + 30_000;
