@@ -1,19 +1,29 @@
 import test from 'ava';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
-import { ConnectionPool } from '../../rdma-backend/transport/index.js';
+import { ConnectionPool, type PoolOptions } from '../../rdma-backend/transport/index.js';
 import { Collector, delay, echoServer, pattern, replyData, TestCall } from './loopback.js';
+
+/** A pool of `size` soft-provider connections to `port` on loopback, its results in `collector`. */
+async function loopbackPool(
+  port: number,
+  size: number,
+  collector: Collector,
+  extra: Partial<PoolOptions> = {},
+): Promise<ConnectionPool> {
+  return new ConnectionPool({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port,
+    size,
+    requester: collector,
+    ...extra,
+  });
+}
 
 test('pool: spreads calls over its connections, reports a lost connection’s calls for retransmission, reconnects', async (t) => {
   const s = await echoServer();
   const collector = new Collector();
-  const pool = new ConnectionPool({
-    device: await createSoftProvider().openDevice(),
-    host: '127.0.0.1',
-    port: s.listener.port,
-    size: 3,
-    requester: collector,
-    backoff: { initialMs: 10, maxMs: 100 },
-  });
+  const pool = await loopbackPool(s.listener.port, 3, collector, { backoff: { initialMs: 10, maxMs: 100 } });
   try {
     await pool.start();
     t.is(pool.snapshot().slots.length, 3);
@@ -63,12 +73,7 @@ test('pool: exponential back-off while the peer is down; held calls are handed b
   const port = s.listener.port;
   await s.listener.close();
   const collector = new Collector();
-  const pool = new ConnectionPool({
-    device: await createSoftProvider().openDevice(),
-    host: '127.0.0.1',
-    port,
-    size: 1,
-    requester: collector,
+  const pool = await loopbackPool(port, 1, collector, {
     backoff: { initialMs: 20, maxMs: 80, factor: 2 },
     connectTimeoutMs: 500,
   });
@@ -90,14 +95,7 @@ test('pool: exponential back-off while the peer is down; held calls are handed b
 test('pool: a parked slot closes its connection, gets no calls and does not reconnect until unparked', async (t) => {
   const s = await echoServer();
   const collector = new Collector();
-  const pool = new ConnectionPool({
-    device: await createSoftProvider().openDevice(),
-    host: '127.0.0.1',
-    port: s.listener.port,
-    size: 2,
-    requester: collector,
-    backoff: { initialMs: 10, maxMs: 20 },
-  });
+  const pool = await loopbackPool(s.listener.port, 2, collector, { backoff: { initialMs: 10, maxMs: 20 } });
   t.teardown(async () => {
     pool.close();
     await s.close();
