@@ -12,7 +12,8 @@ import { fileURLToPath } from 'node:url';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const nativeDir = join(root, 'rdma-backend', 'native');
-// RDMA_NATIVE_STATUS_FILE / RDMA_NATIVE_HEADER_DIRS exist for the tests of this script.
+// RDMA_NATIVE_STATUS_FILE / RDMA_NATIVE_HEADER_DIRS / RDMA_NATIVE_SKIP_CRC32C exist for the tests of this
+// script (which must not rebuild, under other tests' feet, the CRC addon those load).
 const statusFile = process.env.RDMA_NATIVE_STATUS_FILE ?? join(nativeDir, 'build-status.json');
 const required = process.env.RDMA_NATIVE_REQUIRED === '1';
 
@@ -104,7 +105,7 @@ function buildCrc32c() {
     `rdma-backend/native/crc32c: ${ok ? 'built' : 'NOT built (the soft provider falls back to @node-rs/crc32); see rdma-backend/native/crc32c/build-native.log'}\n`,
   );
 }
-if (!process.env.RDMA_NATIVE_STATUS_FILE) buildCrc32c();
+if (process.env.RDMA_NATIVE_SKIP_CRC32C !== '1') buildCrc32c();
 
 const dirs = includeDirs();
 const missing = HEADERS.filter((h) => !dirs.some((d) => existsSync(join(d, h.file))));

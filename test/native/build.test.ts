@@ -22,6 +22,7 @@ test('without the rdma-core headers the build script succeeds and records the mi
         ...process.env,
         RDMA_NATIVE_HEADER_DIRS: join(dir, 'nothing-here'),
         RDMA_NATIVE_STATUS_FILE: statusFile,
+        RDMA_NATIVE_SKIP_CRC32C: '1',
       },
     });
     t.is(r.status, 0, r.stderr);
@@ -46,6 +47,7 @@ test('without the rdma-core headers the build script succeeds and records the mi
         ...process.env,
         RDMA_NATIVE_HEADER_DIRS: dir,
         RDMA_NATIVE_STATUS_FILE: statusFile,
+        RDMA_NATIVE_SKIP_CRC32C: '1',
         RDMA_NATIVE_REQUIRED: '1',
       },
     });

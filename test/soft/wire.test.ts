@@ -5,6 +5,7 @@
  */
 import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -69,7 +70,24 @@ test('the CRC32c addon serves where it is built, and equals the software CRC acr
   // (unaligned head) and chaining.
   const big = Buffer.alloc(3 * 8192 * 3 + 37);
   for (let i = 0; i < big.length; i++) big[i] = (i * 131 + 17) & 0xff;
-  const lengths = [511, 512, 513, 767, 768, 769, 1023, 1024, 1279, 3 * 256 * 5 + 3, 24575, 24576, 24577];
+  const lengths = [
+    95,
+    96,
+    97,
+    511,
+    512,
+    513,
+    767,
+    768,
+    769,
+    1023,
+    1024,
+    1279,
+    3 * 256 * 5 + 3,
+    24575,
+    24576,
+    24577,
+  ];
   for (const len of [...lengths, 49152 + 768 + 5, 65504, 73000]) {
     for (const start of [0, 1, 5]) {
       const end = start + len;
@@ -79,6 +97,22 @@ test('the CRC32c addon serves where it is built, and equals the software CRC acr
       t.is(crc32c(big, mid, end, crc32c(big, start, mid, 0x1234_5678)), want, `chained at ${mid}`);
     }
   }
+});
+
+test('the CRC32c addon refuses a range outside its bytes and a non-Uint8Array with typed errors', (t) => {
+  if (!existsSync(ADDON)) {
+    if (process.env.CI) return t.fail(`the CRC32c addon is not built (${ADDON})`);
+    t.log('!!! the CRC32c addon is not built: its argument checks are NOT tested here');
+    return t.pass();
+  }
+  const m = createRequire(import.meta.url)(ADDON) as {
+    crc32c: (b: unknown, start: number, end: number, prev: number) => number;
+  };
+  const b = Buffer.alloc(64);
+  t.throws(() => m.crc32c(b, 10, 5, 0), { instanceOf: RangeError, code: 'ERR_CRC32C_RANGE' });
+  t.throws(() => m.crc32c(b, 0, 65, 0), { instanceOf: RangeError, code: 'ERR_CRC32C_RANGE' });
+  t.throws(() => m.crc32c(new Uint16Array(4), 0, 2, 0), { instanceOf: TypeError, code: 'ERR_CRC32C_ARGS' });
+  t.is(m.crc32c(b.subarray(8), 0, 56, 0), crc32cSoftware(b, 8, 64, 0), 'a view: its own offset is honoured');
 });
 
 test('the three-lane path agrees with the software CRC too, where the fold would serve', async (t) => {
