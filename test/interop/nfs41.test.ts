@@ -131,6 +131,7 @@ const TARGETS: Target[] = [direct, gatewayTarget(1), gatewayTarget(2)];
 for (const target of TARGETS) {
   test(`${target.name}: (${sessionAndRecall.id}) ${sessionAndRecall.title}`, async (t) => {
     requireExecutable('ganesha.nfsd');
+    requireExecutable('glusterd');
     t.timeout(120_000);
     await runScenario(t, sessionAndRecall, target);
   });
