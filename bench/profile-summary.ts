@@ -73,7 +73,7 @@ function main(): void {
   const args = process.argv.slice(2);
   const topAt = args.indexOf('--top');
   const top = topAt >= 0 ? Number(args[topAt + 1]) : 20;
-  const target = args.find((a, i) => !a.startsWith('--') && i !== topAt + 1);
+  const target = args.find((a, i) => !a.startsWith('--') && (topAt < 0 || i !== topAt + 1));
   if (!target) throw new Error('usage: profile-summary DIR|FILE.cpuprofile [--top N]');
   const files = statSync(target).isDirectory()
     ? readdirSync(target)

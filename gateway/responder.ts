@@ -6,6 +6,7 @@
  */
 import type { Logger } from 'pino';
 import { pino } from 'pino';
+import { BufferPool } from '../common/buffer-pool.js';
 import type { ConnectionSnapshot } from '../rdma-backend/transport/index.js';
 import { RpcRdmaConnection, type TransportOptions } from '../rdma-backend/transport/index.js';
 import type { Device, Listener } from '../rdma-backend/verbs/index.js';
@@ -34,6 +35,8 @@ export interface ResponderOptions {
 export class Responder {
   readonly stats: ResponderStats = createResponderStats();
   readonly links = new Set<UpstreamLink>();
+  /** Reply records of every link (large ones reused; see `UpstreamLinkOptions.pool`). */
+  readonly recordPool = new BufferPool();
   private listener: Listener | null = null;
   private readonly log: Logger;
   private readonly goneWaiters: (() => void)[] = [];
@@ -61,6 +64,7 @@ export class Responder {
           maxRecordSize: this.o.maxRecordSize ?? DEFAULT_MAX_RECORD_SIZE,
           lingerMs: this.o.lingerMs ?? 30_000,
           onGone: (l) => this.onGone(l),
+          pool: this.recordPool,
         });
         this.links.add(link);
         this.stats.connections++;

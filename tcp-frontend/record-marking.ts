@@ -47,6 +47,17 @@ export interface RecordDecoderOptions {
    * at least `size` bytes. Default `Buffer.allocUnsafe`.
    */
   allocate?: (size: number) => Buffer;
+  /**
+   * Called with a buffer from `allocate` that the decoder dropped without delivering it (a multi-fragment
+   * record outgrew it): nothing references it any more, so a pool may take it back.
+   */
+  release?: (buf: Buffer) => void;
+  /**
+   * Deliver a single-fragment record that lies inside one chunk as a view of the chunk (default true).
+   * False copies every record into a buffer from `allocate`: for callers that reuse their read buffer
+   * (`net.Socket` `onread`) and keep records after the handler returns.
+   */
+  zeroCopy?: boolean;
 }
 
 /**
@@ -75,6 +86,8 @@ export class RecordDecoder {
 
   private readonly onRecord: RecordHandler;
   private readonly allocate: (size: number) => Buffer;
+  private readonly release: ((buf: Buffer) => void) | undefined;
+  private readonly zeroCopy: boolean;
   /** Header bytes of the current fragment header received so far (0 while reading fragment data). */
   private headerHave = 0;
   private headerValue = 0;
@@ -106,6 +119,8 @@ export class RecordDecoder {
       0xffff_ffff,
     );
     this.allocate = options.allocate ?? Buffer.allocUnsafe;
+    this.release = options.release;
+    this.zeroCopy = options.zeroCopy ?? true;
   }
 
   /** Bytes of the current, incomplete record copied and held by the decoder. */
@@ -153,7 +168,10 @@ export class RecordDecoder {
         // Zero copy: a whole single-fragment record inside this chunk is handed over as a view.
         if (last && this.fragments === 1 && n - pos >= len) {
           this.finishRecord();
-          this.deliver(chunk.subarray(pos, pos + len), pos + len);
+          this.deliver(
+            this.zeroCopy ? chunk.subarray(pos, pos + len) : this.copyOut(chunk, pos, len),
+            pos + len,
+          );
           pos += len;
           continue;
         }
@@ -236,19 +254,33 @@ export class RecordDecoder {
     const have = this.assembly ? this.assembly.length : 0;
     if (needed <= have) return;
     const size = last ? needed : Math.min(this.maxRecordSize, Math.max(needed, have * 2));
-    const next = this.allocate(size);
-    if (next.length < size) {
+    const next = this.allocateAtLeast(size);
+    const old = this.assembly;
+    if (old && this.assemblyUsed > 0) old.copy(next, 0, 0, this.assemblyUsed);
+    this.assembly = next;
+    if (old && this.release) this.release(old);
+  }
+
+  private allocateAtLeast(size: number): Buffer {
+    const buf = this.allocate(size);
+    if (buf.length < size) {
       throw new UsageError(
         'ERR_RM_ALLOCATE',
-        `RecordDecoder allocate(${size}) returned ${next.length} bytes`,
+        `RecordDecoder allocate(${size}) returned ${buf.length} bytes`,
         {
           size,
-          returned: next.length,
+          returned: buf.length,
         },
       );
     }
-    if (this.assembly && this.assemblyUsed > 0) this.assembly.copy(next, 0, 0, this.assemblyUsed);
-    this.assembly = next;
+    return buf;
+  }
+
+  /** A whole record inside `chunk`, copied into a buffer of its own (`zeroCopy: false`). */
+  private copyOut(chunk: Buffer, pos: number, len: number): Buffer {
+    const out = this.allocateAtLeast(len);
+    chunk.copy(out, 0, pos, pos + len);
+    return out.length === len ? out : out.subarray(0, len);
   }
 
   private endFragment(pos = 0): void {

@@ -92,10 +92,23 @@ export class BenchWorld {
   }
 }
 
+/**
+ * Node.js flags of the gateway and responder processes: a CPU profile with `--profile`, and any flags in
+ * `BENCH_NODE_ARGS` (space-separated, e.g. `--trace-gc`; the output lands in the process log, kept with
+ * `BENCH_KEEP_TEMP=1`) for experiments.
+ */
 function nodeArgs(profileDir: string | undefined, role: string): string[] {
-  if (!profileDir) return [];
+  const extra = (process.env.BENCH_NODE_ARGS ?? '').split(' ').filter((a) => a.length > 0);
+  if (!profileDir) return extra;
   mkdirSync(profileDir, { recursive: true });
-  return ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `${role}-${Date.now()}.cpuprofile`];
+  return [
+    ...extra,
+    '--cpu-prof',
+    '--cpu-prof-dir',
+    profileDir,
+    '--cpu-prof-name',
+    `${role}-${Date.now()}.cpuprofile`,
+  ];
 }
 
 /** The built-in test program as its own process (the upstream of every chain in the RPC scenarios). */

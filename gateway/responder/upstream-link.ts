@@ -15,6 +15,7 @@
  */
 import { connect, type Socket } from 'node:net';
 import type { Logger } from 'pino';
+import type { BufferPool } from '../../common/buffer-pool.js';
 import { RDMA2_ERR_SYSTEM } from '../../rdma-backend/protocol/index.js';
 import type {
   DdpItem,
@@ -93,7 +94,19 @@ export interface UpstreamLinkOptions {
   /** How long to wait for replies still due after the RDMA side ended before ending the upstream. */
   lingerMs: number;
   onGone: (link: UpstreamLink) => void;
+  /**
+   * Where reply records are assembled, shared by the links of a responder: a record goes back when the
+   * transport has sent it (`onReplyReleased`), so a 1 MiB READ reply reuses memory instead of allocating.
+   */
+  pool: BufferPool;
 }
+
+/**
+ * The upstream socket reads into one buffer per link, reused (`onread`), instead of a fresh 64 KiB chunk
+ * per read: every record is copied out of it by the decoder (`zeroCopy: false`), so nothing refers to it
+ * after a read is decoded. 256 KiB: a 1 MiB reply in four reads.
+ */
+const READ_BUFFER_SIZE = 256 * 1024;
 
 export class UpstreamLink implements ResponderHandler, RequesterHandler<BackwardCall> {
   conn: RpcRdmaConnection | null = null;
@@ -112,10 +125,23 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
     this.o = o;
     this.decoder = new RecordDecoder((record) => this.onUpstreamRecord(record), {
       maxRecordSize: o.maxRecordSize,
+      allocate: o.pool.acquire,
+      release: o.pool.release,
+      zeroCopy: false,
     });
     // Writes before the connection is established are buffered by Node, so calls may arrive at once.
-    this.socket = connect({ host: o.upstream.host, port: o.upstream.port, noDelay: true });
-    this.socket.on('data', (chunk: Buffer) => this.onData(chunk));
+    this.socket = connect({
+      host: o.upstream.host,
+      port: o.upstream.port,
+      noDelay: true,
+      onread: {
+        buffer: Buffer.allocUnsafe(READ_BUFFER_SIZE),
+        callback: (n: number, buf: Uint8Array): boolean => {
+          this.onData(buf as Buffer, n);
+          return true;
+        },
+      },
+    });
     this.socket.on('error', (err: NodeJS.ErrnoException) =>
       o.log.warn({ code: err.code, err: err.message }, 'upstream connection error'),
     );
@@ -169,9 +195,9 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
   // ------------------------------------------------------------------------------------------------
   // upstream → RDMA
 
-  private onData(chunk: Buffer): void {
+  private onData(buf: Buffer, n: number): void {
     try {
-      this.decoder.push(chunk);
+      this.decoder.push(n === buf.length ? buf : buf.subarray(0, n));
     } catch (err) {
       this.o.log.warn({ err: (err as Error).message }, 'upstream sent a broken record stream; closing');
       this.socket.destroy();
@@ -179,10 +205,11 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
   }
 
   private onUpstreamRecord(record: Buffer): void {
-    if (record.length < 8) return;
-    const msgType = record.readUInt32BE(4);
+    const msgType = record.length < 8 ? -1 : record.readUInt32BE(4);
     if (msgType === MsgType.REPLY) this.onUpstreamReply(record);
-    else if (msgType === MsgType.CALL) this.onCallback(record);
+    else if (msgType === MsgType.CALL)
+      this.onCallback(record); // kept by the backward call: not pooled
+    else this.o.pool.release(record);
   }
 
   private onUpstreamReply(record: Buffer): void {
@@ -190,6 +217,7 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
     const p = this.pending.get(xid);
     if (p === undefined) {
       this.o.stats.unmatchedReplies++;
+      this.o.pool.release(record);
       return;
     }
     this.pending.delete(xid);
@@ -198,8 +226,10 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
     p.inbound = null;
     if (!this.rdmaClosed) {
       const items = inbound.writeChunks.length > 0 ? this.locateResults(p, inbound, record) : NO_ITEMS;
-      (this.conn as RpcRdmaConnection).reply(inbound, record, items);
+      (this.conn as RpcRdmaConnection).reply(inbound, record, items); // returned by onReplyReleased
       this.o.stats.repliesSent++;
+    } else {
+      this.o.pool.release(record);
     }
     this.free.push(p);
     if (this.rdmaClosed && this.pending.size === 0) this.endUpstream();
@@ -243,6 +273,10 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
     if (this.rdmaClosed) return;
     this.o.stats.callbacks++;
     (this.conn as RpcRdmaConnection).submit(new BackwardCall(record.readUInt32BE(0), record));
+  }
+
+  onReplyReleased(message: Buffer): void {
+    this.o.pool.release(message);
   }
 
   onReply(_call: BackwardCall, reply: Buffer): void {

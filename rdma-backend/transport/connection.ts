@@ -220,6 +220,8 @@ export class RpcRdmaConnection {
   sendSlab!: BufferSlab;
   registrar!: ChunkRegistrar;
   readonly sendRegs: (ChunkRegistration[] | null)[] = [];
+  /** Per send slot: the reply message its RDMA Writes read from (registered), handed back at completion. */
+  readonly sendMessages: (Buffer | null)[] = [];
   /** Per send slot: the second send buffer holding the staged RDMA Write source of a reply, or -1. */
   readonly sendStage: number[] = [];
   /** Scratch arrays of the reply path (filled and consumed synchronously, never kept). */
@@ -481,6 +483,7 @@ export class RpcRdmaConnection {
     for (let i = 0; i < sendSlots; i++) {
       this.sendRegs.push(null);
       this.sendStage.push(-1);
+      this.sendMessages.push(null);
     }
     this.registrar = new ChunkRegistrar(this.pd, this.opts.maxChunkSize);
     this.cq.setNotifyHandler(() => onCompletions(this));
@@ -668,7 +671,10 @@ export class RpcRdmaConnection {
     const ib = inbound as InboundCallImpl;
     if (ib.owner !== this || ib.answered) return;
     ib.answered = true;
-    if (this.state === 'closed') return; // the requester retransmits on a new connection
+    if (this.state === 'closed') {
+      this.replyReleased(message); // the requester retransmits on a new connection
+      return;
+    }
     if (this.sendSlab.available === 0) {
       this.pendingReplies.push({ inbound: ib, message, items: ddpItems });
       return;
@@ -718,7 +724,24 @@ export class RpcRdmaConnection {
     }
   }
 
-  releaseSendSlot(slot: number): void {
+  /** Tells the responder handler that a reply's buffer is no longer referenced (`onReplyReleased`). */
+  replyReleased(message: Buffer): void {
+    const r = this.responder;
+    if (r?.onReplyReleased === undefined) return;
+    try {
+      r.onReplyReleased(message);
+    } catch (e) {
+      this.handlerThrew('onReplyReleased', e, {});
+    }
+  }
+
+  /** `completed`: the Send (and the RDMA Writes before it) succeeded, so the reply's buffer is free. */
+  releaseSendSlot(slot: number, completed = true): void {
+    const message = this.sendMessages[slot];
+    if (message !== null) {
+      this.sendMessages[slot] = null;
+      if (completed) this.replyReleased(message);
+    }
     const regs = this.sendRegs[slot];
     if (regs) {
       for (const r of regs) this.registrar.release(r);
@@ -778,6 +801,7 @@ export class RpcRdmaConnection {
       if (regs) for (const r of regs) this.registrar.release(r, true);
       this.sendRegs[s] = null;
       this.sendStage[s] = -1;
+      this.sendMessages[s] = null; // the socket may still hold views of it: left to the GC
     }
     this.pendingReplies.drain();
     for (const reg of this.rprcPending.values()) this.registrar.release(reg);

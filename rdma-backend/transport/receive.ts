@@ -57,7 +57,8 @@ export function onCompletion(c: RpcRdmaConnection, wc: WorkCompletion): void {
   if (wc.status !== WcStatus.SUCCESS) {
     // Fatal for the connection (hardware semantics): DISCONNECTED follows and fails every call.
     if (wc.status !== WcStatus.WR_FLUSH_ERR) c.closeReason ||= `completion ${wcStatusName(wc.status)}`;
-    if (kind === KIND_SEND) c.releaseSendSlot(slot);
+    // Not handed back to the caller: a failed QP's socket may still hold views of the reply (left to GC).
+    if (kind === KIND_SEND) c.releaseSendSlot(slot, false);
     return;
   }
   switch (kind) {

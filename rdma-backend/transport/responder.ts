@@ -321,6 +321,7 @@ export function sendReply(
   }
   if (plan.mode === 'error' && plan.error) {
     sendError(c, ib.xid, version, version === 1 ? { code: ERR_CHUNK } : plan.error);
+    c.replyReleased(message);
     return;
   }
   const slot = c.sendSlab.acquire();
@@ -448,6 +449,9 @@ export function sendReply(
   if (!nomsg) len += copyReduced(message, moved, buf, len);
   c.sendRegs[slot] = regs;
   c.sendStage[slot] = stage;
+  // The RDMA Writes read from `message` itself only when it was registered (`src`); otherwise everything
+  // was copied into send buffers and the caller may have it back now.
+  c.sendMessages[slot] = src !== null ? message : null;
   // Send With Invalidate (RFC 8797 §5.1, seed 004 §8.4) when the requester allows it and one rkey covers
   // every chunk of the call; Version 2 names it in rdma_inv_handle.
   let inv = 0;
@@ -456,6 +460,7 @@ export function sendReply(
   }
   c.counters.repliesSent++;
   c.postSendSlot(slot, len, inv ? WrOpcode.SEND_WITH_INV : WrOpcode.SEND, inv);
+  if (src === null) c.replyReleased(message);
 }
 
 export function postWrite(

@@ -62,6 +62,13 @@ export interface InboundCall {
 export interface ResponderHandler {
   /** A call to execute; answer with `connection.reply()` or `connection.replyError()`. */
   onCall(call: InboundCall): void;
+  /**
+   * The transport holds no reference to a `message` given to `reply()` any more (its RDMA Writes and
+   * Send completed, or it was copied or refused), so its buffer may be reused. Called at most once per
+   * reply; never for replies still owed when the connection is torn down (the socket of a soft provider
+   * may still hold views of them): those buffers are left to the garbage collector.
+   */
+  onReplyReleased?(message: Buffer): void;
 }
 
 /** What a connection exposes for statistics and the admin API (a plain snapshot). */

@@ -194,6 +194,53 @@ test('a single-fragment record inside one chunk is a zero-copy view; others are 
   t.is(seen[2].length, 30);
 });
 
+test('zeroCopy false: every record is its own buffer from allocate, held records survive a reused read buffer', (t) => {
+  fc.assert(
+    fc.property(
+      fc.array(wireRecord, { minLength: 1, maxLength: 5 }),
+      fc.integer({ min: 1, max: 97 }),
+      (records, readSize) => {
+        const stream = wire(records);
+        const readBuffer = Buffer.alloc(readSize + 64);
+        const held: Buffer[] = []; // not copied: the handler keeps what it was given
+        const decoder = new RecordDecoder((r) => held.push(r), { zeroCopy: false });
+        for (let pos = 0; pos < stream.length; pos += readSize) {
+          const n = stream.copy(readBuffer, 0, pos, pos + readSize);
+          decoder.push(readBuffer.subarray(0, n));
+          readBuffer.fill(0xa5);
+        }
+        decoder.end();
+        t.deepEqual(
+          held,
+          records.map((r) => r.body),
+        );
+        for (const r of held) t.not(r.buffer, readBuffer.buffer);
+      },
+    ),
+    { numRuns: 100 },
+  );
+});
+
+test('a buffer outgrown by a multi-fragment record is handed to release; the delivered one is not', (t) => {
+  const released: Buffer[] = [];
+  const allocated: Buffer[] = [];
+  const seen: Buffer[] = [];
+  const d = new RecordDecoder((r) => seen.push(r), {
+    allocate: (size) => {
+      const b = Buffer.allocUnsafe(size);
+      allocated.push(b);
+      return b;
+    },
+    release: (b) => released.push(b),
+  });
+  const r = rec([10, 30, 100], 7);
+  d.push(wire([r]));
+  t.deepEqual(seen, [r.body]);
+  t.true(allocated.length >= 2, 'the buffer grew');
+  t.deepEqual(released, allocated.slice(0, -1), 'every buffer but the last, each once');
+  t.is(seen[0].buffer, allocated[allocated.length - 1].buffer);
+});
+
 test('bufferedBytes and reservedBytes track the incomplete record and drop to zero after it', (t) => {
   const d = new RecordDecoder(() => {});
   const stream = wire([rec([100, 50], 1)]);

@@ -1,0 +1,65 @@
+/** The large-buffer pool: classes, reuse, and releases it must refuse (foreign buffers, twice). */
+import test from 'ava';
+import { BufferPool } from '../../common/buffer-pool.js';
+import { ConfigError } from '../../common/errors.js';
+
+test('a released buffer is handed out again for any size of its class, as a view of exactly that size', (t) => {
+  const pool = new BufferPool({ minSize: 64 * 1024, maxSize: 4 * 1024 * 1024 });
+  const a = pool.acquire(1024 * 1024 + 40);
+  t.is(a.length, 1024 * 1024 + 40);
+  t.is(a.buffer.byteLength, 2 * 1024 * 1024, 'the class above 1 MiB + 40');
+  pool.release(a);
+  const b = pool.acquire(2 * 1024 * 1024);
+  t.is(b.buffer, a.buffer, 'same store');
+  t.is(b.length, 2 * 1024 * 1024);
+  const c = pool.acquire(64 * 1024);
+  t.not(c.buffer, a.buffer, 'another class');
+  t.is(c.buffer.byteLength, 64 * 1024);
+  t.like(pool.stats, { hits: 1, misses: 2, returned: 1 });
+});
+
+test('sizes outside the classes are plain allocations, never taken back', (t) => {
+  const pool = new BufferPool({ minSize: 64 * 1024, maxSize: 1024 * 1024 });
+  const small = pool.acquire(100);
+  const huge = pool.acquire(1024 * 1024 + 1);
+  t.is(small.length, 100);
+  t.is(huge.length, 1024 * 1024 + 1);
+  pool.release(small);
+  pool.release(huge);
+  pool.release(Buffer.alloc(128 * 1024));
+  t.like(pool.stats, { unpooled: 2, ignored: 3, returned: 0, retainedBytes: 0 });
+  t.false(pool.owns(huge));
+});
+
+test('a second release of the same store is refused and counted, so it is never handed out twice', (t) => {
+  const pool = new BufferPool();
+  const a = pool.acquire(100_000);
+  t.true(pool.owns(a));
+  pool.release(a);
+  t.false(pool.owns(a));
+  pool.release(a.subarray(10)); // a view of the same store: still the same store
+  t.is(pool.stats.doubleReleases, 1);
+  const b = pool.acquire(100_000);
+  const c = pool.acquire(100_000);
+  t.is(b.buffer, a.buffer);
+  t.not(c.buffer, a.buffer, 'one release, one reuse');
+});
+
+test('the free lists keep at most maxRetainedBytes; the rest goes to the garbage collector', (t) => {
+  const pool = new BufferPool({
+    minSize: 64 * 1024,
+    maxSize: 1024 * 1024,
+    maxRetainedBytes: 2 * 1024 * 1024,
+  });
+  const out = [1, 2, 3].map(() => pool.acquire(1024 * 1024));
+  for (const b of out) pool.release(b);
+  t.like(pool.stats, { returned: 2, dropped: 1, retainedBytes: 2 * 1024 * 1024 });
+  pool.acquire(1024 * 1024);
+  t.is(pool.stats.retainedBytes, 1024 * 1024);
+});
+
+test('classes must be powers of two with min <= max', (t) => {
+  t.throws(() => new BufferPool({ minSize: 100_000 }), { instanceOf: ConfigError, message: /powers of two/ });
+  t.throws(() => new BufferPool({ minSize: 1 << 20, maxSize: 1 << 16 }), { instanceOf: ConfigError });
+  t.throws(() => new BufferPool({ maxRetainedBytes: -1 }), { instanceOf: ConfigError });
+});
