@@ -10,6 +10,7 @@
  * and lets every call in flight finish (or the drain timeout pass) before the RDMA side goes away.
  */
 import type { Logger } from 'pino';
+import { BufferPool } from '../common/buffer-pool.js';
 import { selectProvider } from '../rdma-backend/providers/select.js';
 import {
   type BackoffOptions,
@@ -190,8 +191,12 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   }
 
   const device = await provider.openDevice();
+  // Call records of the frontend, assembled in pooled buffers and given back by the router when each
+  // call is over: a 1 MiB WRITE reuses memory instead of allocating (docs/performance.md).
+  const recordPool = new BufferPool();
   const router = new Router({
     registry,
+    recordPool,
     holdTimeMs: config.rdma.holdTimeMs,
     tickMs: o.routerTickMs,
     logger: log.child({ component: 'router' }),
@@ -243,6 +248,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
       requirePrivilegedPort: config.frontend.requirePrivilegedPort,
     },
     logger: log.child({ component: 'frontend' }),
+    recordPool,
   });
   try {
     await pool.start();

@@ -32,6 +32,7 @@
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { pino } from 'pino';
+import type { BufferPool } from '../common/buffer-pool.js';
 import type {
   ConnectionPool,
   RequesterHandler,
@@ -62,6 +63,8 @@ export interface RouterOptions {
    */
   tickMs?: number;
   logger?: Logger;
+  /** The frontend's record pool: each call's record goes back to it when the call is over. */
+  recordPool?: BufferPool;
 }
 
 /** Counters (monotonic) and gauges (current values) of the router, as plain numbers. */
@@ -141,7 +144,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   private readonly registry: UlbRegistry;
   private readonly log: Logger;
   private readonly header = new RpcCallHeader();
-  private readonly records = new CallRecordPool();
+  private readonly records: CallRecordPool;
   private readonly ring = new ClientRing();
   private readonly clients = new Set<ClientState>();
   private links: ConnectionLink[] = [];
@@ -171,6 +174,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     this.holdTimeMs = options.holdTimeMs ?? 30_000;
     this.tickMs = options.tickMs ?? 250;
     this.log = options.logger ?? pino({ level: 'silent' });
+    this.records = new CallRecordPool(options.recordPool?.release);
   }
 
   /** Routes calls over `pool` (whose requester handler must be this router) and starts the tick. */

@@ -21,6 +21,7 @@
  */
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
+import type { BufferPool } from '../common/buffer-pool.js';
 import { GatewayError } from '../common/errors.js';
 import { FrontendError } from './frontend-errors.js';
 import type { FrontendLimits } from './limits.js';
@@ -111,6 +112,7 @@ export class FrontendConnection {
     handler: FrontendHandler,
     log: Logger,
     onClosed: (conn: FrontendConnection) => void,
+    recordPool?: BufferPool,
   ) {
     this.socket = socket;
     this.limits = limits;
@@ -125,6 +127,8 @@ export class FrontendConnection {
     this.decoder = new RecordDecoder((record) => this.onDecoded(record), {
       maxRecordSize: limits.maxRecordSize,
       maxFragments: limits.maxFragments,
+      allocate: recordPool?.acquire,
+      release: recordPool?.release,
     });
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
     socket.on('end', () => this.onEnd());

@@ -8,6 +8,7 @@
  */
 import { createServer, type Server, type Socket } from 'node:net';
 import { type Logger, pino } from 'pino';
+import type { BufferPool } from '../common/buffer-pool.js';
 import { type AccessPolicy, ClientAccess } from './access.js';
 import { formatHostPort } from './address.js';
 import { FrontendConnection, type FrontendHandler } from './connection.js';
@@ -46,6 +47,12 @@ export interface FrontendServerOptions {
   keepAliveMs?: number;
   /** Client networks allowed and the privileged-port requirement (default: anyone, any port). */
   access?: AccessPolicy;
+  /**
+   * Where records that span socket chunks are assembled (large calls: NFS WRITE, SINK). Whoever
+   * consumes a record may give it back (`release`) once nothing references it (the router does, when
+   * the call is over), so large calls reuse memory. Default: a fresh allocation per record.
+   */
+  recordPool?: BufferPool;
 }
 
 export interface CloseOptions {
@@ -60,6 +67,7 @@ export class FrontendServer {
   readonly log: Logger;
   readonly access: ClientAccess;
   private readonly handler: FrontendHandler;
+  private readonly recordPool: BufferPool | undefined;
   private readonly listenOn: readonly ListenAddress[];
   private readonly noDelay: boolean;
   private readonly keepAliveMs: number;
@@ -72,6 +80,7 @@ export class FrontendServer {
   constructor(options: FrontendServerOptions) {
     this.limits = resolveLimits(options.limits);
     this.handler = options.handler;
+    this.recordPool = options.recordPool;
     this.listenOn = options.listen;
     this.noDelay = options.noDelay ?? true;
     this.keepAliveMs = options.keepAliveMs ?? 60_000;
@@ -227,8 +236,14 @@ export class FrontendServer {
     }
     socket.setNoDelay(this.noDelay);
     if (this.keepAliveMs > 0) socket.setKeepAlive(true, this.keepAliveMs);
-    const conn = new FrontendConnection(socket, this.limits, this.stats, this.handler, this.log, (c) =>
-      this.forget(c),
+    const conn = new FrontendConnection(
+      socket,
+      this.limits,
+      this.stats,
+      this.handler,
+      this.log,
+      (c) => this.forget(c),
+      this.recordPool,
     );
     this.connections.add(conn);
     this.stats.connectionsAccepted++;

@@ -120,6 +120,8 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
   private upstreamClosed = false;
   private lingerTimer: NodeJS.Timeout | null = null;
   private corked = false;
+  /** Pooled call messages written to the upstream, oldest first, until their write callback. */
+  private readonly written: Buffer[] = [];
 
   constructor(o: UpstreamLinkOptions) {
     this.o = o;
@@ -173,16 +175,33 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
     this.o.stats.callsForwarded++;
     const message = inbound.message;
     this.write(recordMark(message.length));
-    this.write(message);
+    if (this.o.pool.owns(message)) {
+      // Assembled in our pool (`allocateCall`): back to it once the socket has taken the bytes.
+      this.written.push(message);
+      this.write(message, this.onMessageWritten);
+    } else {
+      this.write(message);
+    }
   }
 
-  private write(b: Buffer): void {
+  allocateCall(size: number): Buffer {
+    return this.o.pool.acquire(size);
+  }
+
+  /** Socket write callbacks run in write order: the oldest pooled call is the one just written. */
+  private readonly onMessageWritten = (err?: Error | null): void => {
+    const message = this.written.shift();
+    // After a failed write the socket is being destroyed: the buffer is left to the garbage collector.
+    if (message !== undefined && !err) this.o.pool.release(message);
+  };
+
+  private write(b: Buffer, done?: (err?: Error | null) => void): void {
     if (!this.corked) {
       this.corked = true;
       this.socket.cork();
       process.nextTick(uncork, this);
     }
-    this.socket.write(b);
+    this.socket.write(b, done);
   }
 
   /** @internal */

@@ -87,6 +87,13 @@ export class CallRecordPool {
   /** Records ever created (in use = created - free). */
   created = 0;
 
+  /**
+   * `releaseMessage` takes each call's message back when its record is given back: by then the call is
+   * over (replied, failed for good, or dropped before it was sent) and the transport has released
+   * every registration of it, so nothing references the bytes.
+   */
+  constructor(private readonly releaseMessage?: (message: Buffer) => void) {}
+
   take(): CallRecord {
     const r = this.free.pop();
     if (r !== undefined) return r;
@@ -95,6 +102,7 @@ export class CallRecordPool {
   }
 
   give(r: CallRecord): void {
+    if (this.releaseMessage !== undefined && r.message !== EMPTY) this.releaseMessage(r.message);
     r.reset();
     this.free.push(r);
   }

@@ -234,7 +234,11 @@ export interface Insert {
  * `at`, each within the inline bytes: a violation means a malformed peer message and is reported as a
  * TransportError (the responder answers it with BAD_XDR / ERR_CHUNK).
  */
-export function reassemble(inline: Buffer, inserts: readonly Insert[]): Buffer {
+export function reassemble(
+  inline: Buffer,
+  inserts: readonly Insert[],
+  allocate: (size: number) => Buffer = Buffer.allocUnsafe,
+): Buffer {
   let total = inline.length;
   let prev = 0;
   for (let i = 0; i < inserts.length; i++) {
@@ -255,7 +259,7 @@ export function reassemble(inline: Buffer, inserts: readonly Insert[]): Buffer {
     total += itemSpan(inserts[i].data.length);
   }
   if (inserts.length === 0) return inline;
-  const out = Buffer.allocUnsafe(total);
+  const out = allocate(total).subarray(0, total);
   let src = 0;
   let o = 0;
   for (let i = 0; i < inserts.length; i++) {

@@ -206,7 +206,14 @@ export function deliverInbound(c: RpcRdmaConnection, ib: InboundState): void {
       for (let ci = first; ci < ib.positions.length; ci++) {
         inserts.push({ at: ats[ci - first], data: ib.sinks[ci].mr.buffer.subarray(0, ib.lengths[ci]) });
       }
-      message = reassemble(base, inserts);
+      const r = c.responder;
+      message = reassemble(
+        base,
+        inserts,
+        r?.allocateCall === undefined
+          ? undefined
+          : (size) => r.allocateCall?.(size) ?? Buffer.allocUnsafe(size),
+      );
       if (message === base) message = Buffer.from(base);
     }
   } catch {

@@ -69,6 +69,12 @@ export interface ResponderHandler {
    * may still hold views of them): those buffers are left to the garbage collector.
    */
   onReplyReleased?(message: Buffer): void;
+  /**
+   * Where the transport assembles a call whose Read chunk data it re-inserts (`size` bytes or more); the
+   * handler owns the buffer from `onCall` on (it may give it back to a pool once it has written the
+   * call). Default `Buffer.allocUnsafe`.
+   */
+  allocateCall?(size: number): Buffer;
 }
 
 /** What a connection exposes for statistics and the admin API (a plain snapshot). */

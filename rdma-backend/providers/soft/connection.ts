@@ -289,7 +289,7 @@ export class SoftConnection implements Connection, QpOwner {
     socket.removeAllListeners('close');
     socket.on('data', (chunk: Buffer) => {
       if (this.phase === 'up') this.qp.onData(chunk);
-      else this.hs = this.hs.length === 0 ? chunk : Buffer.concat([this.hs, chunk]);
+      else this.hs = Buffer.concat([this.hs, chunk]); // a copy: `chunk` may be a reused read buffer
     });
     socket.on('error', (err: NodeJS.ErrnoException) => this.onSocketError(err));
     socket.on('close', () => this.onSocketClose());
@@ -465,10 +465,10 @@ export function acceptMpaRequest(
   socket.on('close', () => clearTimeout(timer));
   socket.on('data', (chunk: Buffer) => {
     if (done) {
-      leftover = leftover.length === 0 ? chunk : Buffer.concat([leftover, chunk]);
+      leftover = Buffer.concat([leftover, chunk]); // copies: `chunk` may be a reused read buffer
       return;
     }
-    hs = hs.length === 0 ? chunk : Buffer.concat([hs, chunk]);
+    hs = Buffer.concat([hs, chunk]);
     if (
       hs.length >= 16 &&
       !hs.subarray(0, Math.min(16, hs.length)).equals(Buffer.from('MPA ID Req Frame', 'latin1'))

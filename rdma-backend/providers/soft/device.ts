@@ -21,9 +21,12 @@ import {
 } from './connection.js';
 import { SoftCq } from './cq.js';
 import { SoftPd, StagTable } from './memory.js';
+import { withReadBuffer } from './read-buffer.js';
 import { MPA_MAX_PRIVATE_DATA, MPA_V2_IRD_ORD_SIZE } from './wire.js';
 
 const ULP_PD = MPA_MAX_PRIVATE_DATA - MPA_V2_IRD_ORD_SIZE;
+/** Read buffer of an accepted connection's stream (`read-buffer.ts`): a 1 MiB Read Response in four reads. */
+const PASSIVE_READ_BUFFER_SIZE = 256 * 1024;
 
 export const SOFT_CAPS: DeviceCaps = {
   transport: TransportType.IWARP,
@@ -132,7 +135,8 @@ export class SoftDevice implements Device {
 
   listen(o: ListenOptions): Promise<Listener> {
     this.alive();
-    const server = net.createServer({ noDelay: true }, (socket) => {
+    const server = net.createServer({ noDelay: true, pauseOnConnect: true }, (accepted) => {
+      const socket = withReadBuffer(accepted, PASSIVE_READ_BUFFER_SIZE);
       acceptMpaRequest(this.ctx, socket, (req) => o.onConnectRequest(req));
     });
     this.listeners.add(server);
