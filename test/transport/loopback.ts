@@ -139,6 +139,13 @@ export class EchoResponder implements ResponderHandler {
   ddpResults = true;
   hold = false;
   held: InboundCall[] = [];
+  /** Messages given to `reply()` by `answer`, and those the transport gave back (`onReplyReleased`). */
+  replied: Buffer[] = [];
+  released: Buffer[] = [];
+
+  onReplyReleased(message: Buffer): void {
+    this.released.push(message);
+  }
 
   onCall(call: InboundCall): void {
     this.received.push(call);
@@ -171,6 +178,7 @@ export class EchoResponder implements ResponderHandler {
       out = data;
     }
     const reply = encodeReply(xid, out);
+    this.replied.push(reply);
     conn.reply(call, reply, this.ddpResults ? [{ offset: REPLY_DATA, length: out.length }] : []);
   }
 }

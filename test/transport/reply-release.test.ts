@@ -1,0 +1,100 @@
+/**
+ * The `onReplyReleased` contract a responder relies on to reuse reply buffers: every message given to
+ * `reply()` comes back exactly once, and only when nothing reads from it any more — never while its RDMA
+ * Writes or Send may still be in flight, never for a reply owed when the connection is torn down.
+ */
+import test from 'ava';
+import type { RpcRdmaConnection, TransportLogger } from '../../rdma-backend/transport/index.js';
+import { loopback, pattern, replyData, sourceCall, TestCall } from './loopback.js';
+
+test('every reply message is released exactly once, the same buffer, whether inline, in Write chunks or in the Reply chunk', async (t) => {
+  const lb = await loopback();
+  try {
+    lb.client.submit(TestCall.echo(1, pattern(100, 1), false)); // inline: copied, released at once
+    lb.client.submit(sourceCall(2, 1 << 20)); // 1 MiB Write chunk: released after the Writes complete
+    lb.client.submit(TestCall.echo(3, pattern(20000, 2), false)); // Long Reply through the Reply chunk
+    const outs = await lb.collector.wait(3);
+    for (const o of outs) t.is(o.error, undefined);
+    t.is(replyData(outs.find((o) => o.call.xid === 2)?.reply as Buffer).length, 1 << 20);
+    t.deepEqual(replyData(outs.find((o) => o.call.xid === 3)?.reply as Buffer), pattern(20000, 2));
+    // The last Send's completion may follow the requester's receipt of it by a turn.
+    for (let i = 0; i < 50 && lb.responder.released.length < 3; i++)
+      await new Promise((r) => setTimeout(r, 10));
+    t.is(lb.responder.replied.length, 3);
+    t.is(lb.responder.released.length, 3);
+    for (const m of lb.responder.replied) t.is(lb.responder.released.filter((r) => r === m).length, 1);
+    t.is(lb.server.counters.handlerErrors, 0);
+  } finally {
+    await lb.close();
+  }
+});
+
+test('a 1 MiB reply is not released before its RDMA Writes complete', async (t) => {
+  const lb = await loopback();
+  try {
+    let releasedDuringReply = -1;
+    lb.responder.override = (call) => {
+      lb.responder.override = null;
+      lb.responder.answer(call);
+      // reply() returned: the Writes are posted, not completed, so the buffer must still be held.
+      releasedDuringReply = lb.responder.released.length;
+      return true;
+    };
+    lb.client.submit(sourceCall(5, 1 << 20));
+    const [o] = await lb.collector.wait(1);
+    t.is(o.error, undefined);
+    t.is(releasedDuringReply, 0);
+    for (let i = 0; i < 50 && lb.responder.released.length < 1; i++)
+      await new Promise((r) => setTimeout(r, 10));
+    t.is(lb.responder.released.length, 1);
+    t.is(lb.responder.released[0], lb.responder.replied[0]);
+  } finally {
+    await lb.close();
+  }
+});
+
+test('a reply still in flight when the connection is torn down is never released (the socket may hold views of it)', async (t) => {
+  const lb = await loopback();
+  try {
+    lb.responder.override = (call, conn: RpcRdmaConnection) => {
+      lb.responder.override = null;
+      lb.responder.answer(call);
+      conn.close('test: torn down under a reply');
+      return true;
+    };
+    lb.client.submit(sourceCall(6, 1 << 20));
+    const [o] = await lb.collector.wait(1);
+    t.truthy(o.error, 'the requester sees the call fail');
+    await new Promise((r) => setTimeout(r, 100));
+    t.is(lb.server.state, 'closed');
+    t.is(lb.responder.replied.length, 1);
+    t.deepEqual(lb.responder.released, []);
+  } finally {
+    await lb.close();
+  }
+});
+
+test('an onReplyReleased that throws is logged and counted; the connection serves on', async (t) => {
+  const lines: Record<string, unknown>[] = [];
+  const logger: TransportLogger = { warn: (obj) => void lines.push(obj) };
+  const lb = await loopback({ server: { logger } });
+  try {
+    lb.responder.onReplyReleased = () => {
+      throw new Error('pool bug');
+    };
+    lb.client.submit(TestCall.echo(8, pattern(100, 4), false));
+    lb.client.submit(sourceCall(9, 1 << 20));
+    const outs = await lb.collector.wait(2);
+    for (const o of outs) t.is(o.error, undefined);
+    for (let i = 0; i < 50 && lb.server.counters.handlerErrors < 2; i++)
+      await new Promise((r) => setTimeout(r, 10));
+    t.is(lb.server.counters.handlerErrors, 2);
+    t.like(lines[0], { code: 'ERR_TRANSPORT_HANDLER_THREW', handler: 'onReplyReleased' });
+    t.is(lb.server.state, 'ready');
+    lb.client.submit(TestCall.echo(10, pattern(5000, 5)));
+    const all = await lb.collector.wait(3);
+    t.deepEqual(replyData(all[2].reply as Buffer), pattern(5000, 5));
+  } finally {
+    await lb.close();
+  }
+});
