@@ -63,7 +63,10 @@ export interface RouterOptions {
    */
   tickMs?: number;
   logger?: Logger;
-  /** The frontend's record pool: each call's record goes back to it when the call is over. */
+  /**
+   * The frontend's record pool: each call's record goes back to it when the call is over, and replies are
+   * assembled in it (the frontend gives them back once written).
+   */
   recordPool?: BufferPool;
 }
 
@@ -145,6 +148,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   private readonly log: Logger;
   private readonly header = new RpcCallHeader();
   private readonly records: CallRecordPool;
+  /** The record pool (calls and replies), when the gateway shares one with the frontend. */
+  readonly recordPool: BufferPool | undefined;
   private readonly ring = new ClientRing();
   private readonly clients = new Set<ClientState>();
   private links: ConnectionLink[] = [];
@@ -174,6 +179,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     this.holdTimeMs = options.holdTimeMs ?? 30_000;
     this.tickMs = options.tickMs ?? 250;
     this.log = options.logger ?? pino({ level: 'silent' });
+    this.recordPool = options.recordPool;
     this.records = new CallRecordPool(options.recordPool?.release);
   }
 
@@ -441,6 +447,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     const client = r.client as ClientState;
     if (client.closed) {
       this.stats.orphanedReplies++;
+      this.recordPool?.release(reply);
     } else {
       if (r.sessionOp !== SessionOp.NONE && r.sessionOp !== SessionOp.SEQUENCE)
         this.sessionReply(r, link, reply);
@@ -507,6 +514,14 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     const s = this.sessions.learn(r.sessionId, client, link);
     if (!known) this.stats.sessionsLearned++;
     if (outcome === SessionReply.BACK && link !== null) link.backchannel = s;
+  }
+
+  /**
+   * Replies are assembled in the record pool: the frontend gives a pooled reply back once its socket has
+   * taken the bytes (`FrontendConnection.sendRecord`); any other reply is left to the garbage collector.
+   */
+  allocateReply(size: number): Buffer {
+    return this.recordPool === undefined ? Buffer.allocUnsafe(size) : this.recordPool.acquire(size);
   }
 
   locateResult(r: CallRecord, reducedReply: Buffer, index: number): number {

@@ -95,6 +95,9 @@ export class FrontendConnection {
   private readonly handler: FrontendHandler;
   private readonly decoder: RecordDecoder;
   private readonly onClosed: (conn: FrontendConnection) => void;
+  private readonly recordPool: BufferPool | undefined;
+  /** Pooled reply parts written and not yet confirmed by their write callback, oldest first. */
+  private readonly pooledOut: Buffer[] = [];
   /** Decoded records not yet dispatched; bounded by one read chunk (reading pauses when it is non-empty). */
   private backlog: (Buffer | undefined)[] = [];
   private backlogHead = 0;
@@ -119,6 +122,7 @@ export class FrontendConnection {
     this.stats = stats;
     this.handler = handler;
     this.onClosed = onClosed;
+    this.recordPool = recordPool;
     this.remoteAddress = socket.remoteAddress ?? '';
     this.remotePort = socket.remotePort ?? 0;
     this.localAddress = socket.localAddress ?? '';
@@ -155,6 +159,8 @@ export class FrontendConnection {
    * Writes one record made of `parts` (an RPC message: header and body buffers, never concatenated) and
    * returns false when the socket is not draining (the caller should hold further records for this
    * connection until `onWritable`). Records for a closed connection are dropped and counted.
+   * A part that is a buffer of the record pool goes back to the pool once the socket has written it: the
+   * caller hands it over and must not use it afterwards.
    */
   sendRecord(parts: readonly Buffer[]): boolean {
     const socket = this.socket;
@@ -173,8 +179,17 @@ export class FrontendConnection {
       process.nextTick(uncorkOnNextTick, this);
     }
     let ok = socket.write(recordMark(total));
+    const pool = this.recordPool;
     for (let i = 0; i < parts.length; i++) {
-      if (parts[i].length > 0) ok = socket.write(parts[i]);
+      const part = parts[i];
+      if (part.length === 0) continue;
+      if (pool?.owns(part)) {
+        // A reply assembled in the record pool: back to it once the socket has taken the bytes.
+        this.pooledOut.push(part);
+        ok = socket.write(part, this.onPooledWritten);
+      } else {
+        ok = socket.write(part);
+      }
     }
     const bytes = total + 4;
     this.bytesOut += bytes;
@@ -189,6 +204,13 @@ export class FrontendConnection {
     }
     return ok;
   }
+
+  /** Socket write callbacks run in write order: the oldest pooled part is the one just written. */
+  private readonly onPooledWritten = (err?: Error | null): void => {
+    const part = this.pooledOut.shift();
+    // After a failed write the socket is being destroyed: the buffer is left to the garbage collector.
+    if (part !== undefined && !err) this.recordPool?.release(part);
+  };
 
   /** `sendRecord(parts)` followed by `release()`: the usual way to answer a call. */
   sendReply(parts: readonly Buffer[]): boolean {

@@ -242,6 +242,12 @@ export class RpcRdmaConnection {
     sgList: this.sge,
   };
   readonly w = new XdrWriter(0);
+  /** Where an inbound call is assembled: the responder handler's `allocateCall`, or a plain allocation. */
+  readonly allocateCall = (size: number): Buffer =>
+    this.responder?.allocateCall?.(size) ?? Buffer.allocUnsafe(size);
+  /** Where a reply is assembled: the requester handler's `allocateReply`, or a plain allocation. */
+  readonly allocateReply = (size: number): Buffer =>
+    this.requester.allocateReply?.(size) ?? Buffer.allocUnsafe(size);
   decoder: HeaderDecoder;
   controlXid = 0x7f000000;
   negotiationXid = -1;

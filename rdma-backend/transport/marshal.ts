@@ -234,6 +234,13 @@ export interface Insert {
  * `at`, each within the inline bytes: a violation means a malformed peer message and is reported as a
  * TransportError (the responder answers it with BAD_XDR / ERR_CHUNK).
  */
+/** A copy of `bytes` in a buffer from `allocate` (which may return more than asked: the view is exact). */
+export function copyOf(bytes: Buffer, allocate: (size: number) => Buffer): Buffer {
+  const out = allocate(bytes.length).subarray(0, bytes.length);
+  bytes.copy(out, 0);
+  return out;
+}
+
 export function reassemble(
   inline: Buffer,
   inserts: readonly Insert[],

@@ -29,7 +29,15 @@ import { SendFlags, WcFlags, type WorkCompletion, WrOpcode } from '../verbs/inde
 import type { RpcRdmaConnection } from './connection.js';
 import { sendDone } from './control.js';
 import { callTooLarge, peerRefused, TransportError } from './errors.js';
-import { copyReduced, type DdpItem, type Insert, needsReplyChunk, planCall, reassemble } from './marshal.js';
+import {
+  copyOf,
+  copyReduced,
+  type DdpItem,
+  type Insert,
+  needsReplyChunk,
+  planCall,
+  reassemble,
+} from './marshal.js';
 import { CONTROL_SEND_SLOTS, KIND_INV, KIND_SHIFT, MAX_RESOURCE_RETRIES, peerVersions } from './options.js';
 import { pumpReads } from './responder.js';
 import { type CallState, EMPTY, EMPTY_SGL, sumLengths } from './state.js';
@@ -315,7 +323,7 @@ export function reassembleReply(
     inline = buf.subarray(h.payloadOffset, end);
   }
   const writes = chunks.writes;
-  if (writes.length === 0 || st.writeRegs.length === 0) return Buffer.from(inline);
+  if (writes.length === 0 || st.writeRegs.length === 0) return copyOf(inline, c.allocateReply);
   const call = st.call as TransportCall;
   const inserts: Insert[] = [];
   for (let i = 0; i < writes.length && i < st.writeRegs.length; i++) {
@@ -367,8 +375,8 @@ export function reassembleReply(
     inserts.push({ at, data: reg.mr.buffer.subarray(0, n) });
   }
   inserts.sort((a, b) => a.at - b.at);
-  const out = reassemble(inline, inserts);
-  return out === inline ? Buffer.from(inline) : out;
+  const out = reassemble(inline, inserts, c.allocateReply);
+  return out === inline ? copyOf(inline, c.allocateReply) : out;
 }
 
 /**

@@ -26,6 +26,7 @@ import { type MemoryRegion, SendFlags, WcFlags, type WorkCompletion, WrOpcode } 
 import type { RpcRdmaConnection } from './connection.js';
 import { sendError } from './control.js';
 import {
+  copyOf,
   copyReduced,
   type DdpItem,
   groupReadChunks,
@@ -206,15 +207,8 @@ export function deliverInbound(c: RpcRdmaConnection, ib: InboundState): void {
       for (let ci = first; ci < ib.positions.length; ci++) {
         inserts.push({ at: ats[ci - first], data: ib.sinks[ci].mr.buffer.subarray(0, ib.lengths[ci]) });
       }
-      const r = c.responder;
-      message = reassemble(
-        base,
-        inserts,
-        r?.allocateCall === undefined
-          ? undefined
-          : (size) => r.allocateCall?.(size) ?? Buffer.allocUnsafe(size),
-      );
-      if (message === base) message = Buffer.from(base);
+      message = reassemble(base, inserts, c.allocateCall);
+      if (message === base) message = copyOf(base, c.allocateCall);
     }
   } catch {
     releaseInboundSinks(c, ib);

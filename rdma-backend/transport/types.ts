@@ -40,6 +40,13 @@ export interface RequesterHandler<C extends TransportCall = TransportCall> {
    * never together with onReply / onFailed for it.
    */
   onAbandoned?(call: C): void;
+  /**
+   * Where the transport assembles a reply it cannot hand over in place (Write chunk data re-inserted, a
+   * Reply chunk or inline bytes copied out of a receive buffer): `size` bytes or more. The handler owns
+   * the buffer from `onReply` on (it may give it back to a pool once the reply is written out). Default
+   * `Buffer.allocUnsafe`.
+   */
+  allocateReply?(size: number): Buffer;
 }
 
 /** An RPC Call received by the responder role, with the resources the requester offered for the reply. */

@@ -180,6 +180,35 @@ test("1 MiB SOURCE replies reuse the responder's record buffers, and every one a
   t.deepEqual(gauges(g), BASELINE);
 });
 
+test("1 MiB SOURCE replies reuse the gateway's record buffers, and every one arrives intact", async (t) => {
+  // The gateway's requester assembles each reply (inline part + Write chunk data) in the record pool and
+  // the frontend takes it back once the client's socket has taken the bytes. Given back too early, a
+  // buffer would be reassembled over by a later reply while still queued on a socket: each reply has its
+  // own seed, and the client checks every byte.
+  const g = await startTestGateway({ poolSize: 2 });
+  const clients = await connectClients(g, 4);
+  t.teardown(() => closeAll(g, clients));
+  const pool = g.router.recordPool;
+  if (!pool) throw new Error('the gateway has no record pool');
+  const before = { ...pool.stats };
+  const seed = testSeed(t, 'LOAD_SEED');
+  for (let round = 0; round < 6; round++) {
+    await Promise.all(
+      clients.flatMap((c, ci) =>
+        [0, 1, 2, 3].map((k) => c.source(1024 * 1024 + ci * 8 + k, (seed + round * 64 + ci * 4 + k) >>> 0)),
+      ),
+    );
+  }
+  t.log(`gateway record pool: ${JSON.stringify(pool.stats)}`);
+  const hits = pool.stats.hits - before.hits;
+  const returned = pool.stats.returned - before.returned;
+  t.true(hits >= 16, `later rounds reuse the buffers of earlier ones (${hits} hits)`);
+  t.true(returned >= 90, `every written reply goes back (${returned} of 96)`);
+  t.is(pool.stats.doubleReleases, 0);
+  await waitFor(() => g.router.stats.inFlight === 0, 'router idle');
+  t.deepEqual(gauges(g), BASELINE);
+});
+
 test('clients that disconnect mid-call disturb no one and leak nothing', async (t) => {
   const g = await startTestGateway({ poolSize: 2 });
   const good = await connectClients(g, 20);
