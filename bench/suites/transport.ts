@@ -6,8 +6,10 @@
  * Baseline, measured in the same run at the same depth: the bare verbs work such a call needs on the same
  * provider — a small Send, an RDMA Write of the payload into a pre-registered region, a small Send back —
  * with no transport header, marshalling, registration or invalidation. The ratio is the transport's cost.
+ * The requester side reuses its reply buffers (`allocateReply` from a `BufferPool`), as the gateway does.
  */
 import { performance } from 'node:perf_hooks';
+import { BufferPool } from '../../common/buffer-pool.js';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
 import {
   type InboundCall,
@@ -72,10 +74,15 @@ async function transportPair(depth: number) {
     },
   });
   let onDone: (bytes: number) => void = () => {};
+  // Like the gateway's router: replies are assembled in a buffer pool and given back once consumed, so
+  // what is measured is the transport's own work (the reassembly copy included), not the allocator's.
+  const replyPool = new BufferPool();
   const handler: RequesterHandler = {
     onReply(_c, reply) {
       onDone(reply.length);
+      replyPool.release(reply);
     },
+    allocateReply: replyPool.acquire,
     onFailed(_c, e) {
       throw e;
     },
