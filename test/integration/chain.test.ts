@@ -138,7 +138,7 @@ test('hundreds of clients through one RDMA connection: ECHO, SINK, SOURCE 0 B..4
   t.is(g.router.snapshot().clients, 0);
 });
 
-test('the same through a pool of four RDMA connections, spread by least outstanding', async (t) => {
+test('the same through a pool of four RDMA connections, spread by load', async (t) => {
   const g = await startTestGateway({ poolSize: 4 });
   const clients = await connectClients(g, 120);
   t.teardown(() => closeAll(g, clients));
@@ -151,6 +151,30 @@ test('the same through a pool of four RDMA connections, spread by least outstand
   for (const n of perConnection)
     t.true(n > 480 / 4 / 4, `every connection carried a share (${perConnection})`);
   checkChunks(t, g, r);
+  await waitFor(() => g.router.stats.inFlight === 0, 'router idle');
+  t.deepEqual(gauges(g), BASELINE);
+});
+
+test('a burst of calls from one read stays on one connection of the pool instead of being dealt across it', async (t) => {
+  // 16 ECHOs written at once arrive in one read (two at worst): the router keeps a burst on the connection
+  // its first call took (one Send batch, one socket write), where dealing each call to the least-loaded
+  // connection would split it 4/4/4/4 over the idle pool.
+  const g = await startTestGateway({ poolSize: 4 });
+  const [client] = await connectClients(g, 1);
+  t.teardown(() => closeAll(g, [client]));
+  await waitFor(() => g.pool.snapshot().ready === 4, 'four connections ready');
+  const sent = () => g.pool.snapshot().slots.map((s) => s.connection?.counters.callsSent ?? 0);
+  const before = sent();
+  const data = Buffer.alloc(64, 7);
+  const replies = await Promise.all(Array.from({ length: 16 }, () => client.echo(data)));
+  for (const r of replies) t.deepEqual(r, data);
+  const per = sent().map((n, i) => n - before[i]);
+  t.log(`calls per connection: ${per.join(', ')}`);
+  t.is(
+    per.reduce((a, b) => a + b, 0),
+    16,
+  );
+  t.true(Math.max(...per) >= 8, `the burst stayed together (${per})`);
   await waitFor(() => g.router.stats.inFlight === 0, 'router idle');
   t.deepEqual(gauges(g), BASELINE);
 });
