@@ -161,6 +161,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
    * forgotten at the end of the burst, so every burst starts on the least-loaded connection.
    */
   private burstLink: ConnectionLink | null = null;
+  /** Bursts started so far: where the search for the least-loaded connection starts (ties take turns). */
+  private burstTurn = 0;
   private readonly endBurst = (): void => {
     this.burstLink = null;
   };
@@ -402,7 +404,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
    * of one burst stay on the connection its first call went to while it has a credit and at most
    * `BURST_SLACK` more calls outstanding than the least-loaded one: they then leave in one Send batch (one
    * socket write on the soft provider, one doorbell on hardware) instead of being dealt out one by one
-   * across the pool, and the next burst starts on the least-loaded connection again.
+   * across the pool, and the next burst starts on the least-loaded connection again (equally loaded
+   * connections take turns, one burst each).
    */
   private pick(r: CallRecord): ConnectionLink | null {
     if (this.bound(r)) {
@@ -412,8 +415,11 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     let best: ConnectionLink | null = null;
     let bestLoad = Number.POSITIVE_INFINITY;
     const links = this.links;
-    for (let i = 0; i < links.length; i++) {
-      const l = links[i];
+    const n = links.length;
+    // Ties go round robin, one burst each: under light load the bursts still take turns on the pool.
+    const start = n > 0 ? this.burstTurn % n : 0;
+    for (let k = 0; k < n; k++) {
+      const l = links[start + k < n ? start + k : start + k - n];
       if (l.offline || !Router.free(l)) continue;
       if (r.gss && l.xids.has(r.clientXid)) continue;
       const load = l.xids.size;
@@ -426,6 +432,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     if (burst === null) {
       if (best !== null) {
         this.burstLink = best;
+        this.burstTurn = (this.burstTurn + 1) >>> 0;
         queueMicrotask(this.endBurst);
       }
       return best;
