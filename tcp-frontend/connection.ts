@@ -133,6 +133,9 @@ export class FrontendConnection {
       maxFragments: limits.maxFragments,
       allocate: recordPool?.acquire,
       release: recordPool?.release,
+      // The socket's chunks are views of a read buffer shared by every connection (server.ts): a record
+      // is copied out (into the pool when large) before the next read overwrites them.
+      zeroCopy: false,
     });
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
     socket.on('end', () => this.onEnd());
@@ -387,7 +390,8 @@ export class FrontendConnection {
   }
 
   private updateReading(): void {
-    if (this.closed) return;
+    // Once our side has ended, reading stays on until the client's FIN arrives (`finish`).
+    if (this.closed || this.socket.writableEnded) return;
     const pause =
       this.closing ||
       this.writeBlocked ||
@@ -459,6 +463,13 @@ export class FrontendConnection {
     this.closing = true;
     this.flush();
     this.socket.end();
+    // The socket closes when the client's FIN (or reset) is read: read on, discarding (`onData` ignores
+    // everything once closing). A paused socket reading into a buffer of its own (`onread`) stops reading
+    // at the kernel, and would wait for the drain timeout instead.
+    if (this.readPaused) {
+      this.readPaused = false;
+      this.socket.resume();
+    }
   }
 
   private onSocketClose(): void {

@@ -9,6 +9,7 @@
 import { createServer, type Server, type Socket } from 'node:net';
 import { type Logger, pino } from 'pino';
 import type { BufferPool } from '../common/buffer-pool.js';
+import { withReadBuffer } from '../common/read-buffer.js';
 import { type AccessPolicy, ClientAccess } from './access.js';
 import { formatHostPort } from './address.js';
 import { FrontendConnection, type FrontendHandler } from './connection.js';
@@ -23,6 +24,9 @@ export type { CloseReason, FrontendHandler } from './connection.js';
 export { FrontendConnection, XDR_PAD } from './connection.js';
 export type { FrontendLimits } from './limits.js';
 export type { FrontendStats } from './stats.js';
+
+/** Node's own read size: a 1 MiB record arrives in 16 reads, as before the buffer was shared. */
+const READ_BUFFER_SIZE = 64 * 1024;
 
 export interface ListenAddress {
   host: string;
@@ -68,6 +72,11 @@ export class FrontendServer {
   readonly access: ClientAccess;
   private readonly handler: FrontendHandler;
   private readonly recordPool: BufferPool | undefined;
+  /**
+   * What every connection of this server reads into (one process-wide read buffer, not a fresh 64 KiB
+   * chunk per read: common/read-buffer.ts). Connections copy out what they keep (`zeroCopy: false`).
+   */
+  private readonly readBuffer = Buffer.allocUnsafe(READ_BUFFER_SIZE);
   private readonly listenOn: readonly ListenAddress[];
   private readonly noDelay: boolean;
   private readonly keepAliveMs: number;
@@ -98,7 +107,9 @@ export class FrontendServer {
     const ipv6Only = this.listenOn.length > 1;
     try {
       for (const addr of this.listenOn) {
-        const server = createServer({ allowHalfOpen: true, pauseOnConnect: false }, (socket) =>
+        // Paused on connect: an accepted socket is adopted into one reading into `readBuffer`
+        // (common/read-buffer.ts), and nothing may have been read into the original first.
+        const server = createServer({ allowHalfOpen: true, pauseOnConnect: true }, (socket) =>
           this.accept(socket),
         );
         this.servers.push(server);
@@ -234,10 +245,11 @@ export class FrontendServer {
       socket.destroy();
       return;
     }
-    socket.setNoDelay(this.noDelay);
-    if (this.keepAliveMs > 0) socket.setKeepAlive(true, this.keepAliveMs);
+    const adopted = withReadBuffer(socket, this.readBuffer, { allowHalfOpen: true });
+    adopted.setNoDelay(this.noDelay);
+    if (this.keepAliveMs > 0) adopted.setKeepAlive(true, this.keepAliveMs);
     const conn = new FrontendConnection(
-      socket,
+      adopted,
       this.limits,
       this.stats,
       this.handler,

@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import net from 'node:net';
 import test from 'ava';
-import { withReadBuffer } from '../../rdma-backend/providers/soft/read-buffer.js';
+import { withReadBuffer } from '../../common/read-buffer.js';
 
 test('bytes arrive in order as views of one reused buffer; writes, FIN and server.close() still work', async (t) => {
   const payload = randomBytes(3 * 1024 * 1024 + 17);

@@ -432,3 +432,42 @@ test('graceful close destroys connections whose calls outlive the drain timeout'
   t.is(h.closes[0].reason.code, 'SERVER_CLOSING');
   t.is(h.closes[0].reason.details.inFlight, 1);
 });
+
+test('records kept after onRecord returns stay intact while every connection reads into one shared buffer', async (t) => {
+  // The server's connections read into one process-wide buffer (common/read-buffer.ts); a record kept
+  // as a view of it would be overwritten by the next read of any connection. Eight clients interleave
+  // records of 1 B to 96 KiB (split over many reads); the handler keeps them all and checks them at the end.
+  const kept = new Map<number, Buffer>();
+  const h: FrontendHandler = {
+    onRecord(conn, record) {
+      kept.set(peekXid(record), record);
+      conn.release();
+    },
+    onClose() {},
+  };
+  const { server, port } = await start(h);
+  const expected = new Map<number, Buffer>();
+  const sockets = await Promise.all(Array.from({ length: 8 }, () => connectRaw(port)));
+  let xid = 1;
+  for (let round = 0; round < 12; round++) {
+    for (const [c, s] of sockets.entries()) {
+      const size = 1 + ((round * 7919 + c * 104729) % (96 * 1024));
+      const args = Buffer.alloc(size + ((4 - (size % 4)) % 4), (xid * 31 + c) & 0xff);
+      const framed = framedCall(xid, PROG, 1, 1, args);
+      expected.set(xid, framed.subarray(4));
+      // Written in pieces, so records straddle reads and the connections' reads interleave.
+      for (let at = 0; at < framed.length; at += 3000) s.write(framed.subarray(at, at + 3000));
+      xid++;
+    }
+  }
+  await waitFor(() => kept.size === expected.size, 'every record');
+  for (const [x, want] of expected) t.true(kept.get(x)?.equals(want), `record ${x} intact`);
+  // Closing reads on until each client's FIN or reset: a paused `onread` socket would not see it and
+  // the close would wait for the drain timeout.
+  for (const s of sockets) s.destroy();
+  const outcome = await Promise.race([
+    server.close({ drainTimeoutMs: 60_000 }).then(() => 'closed'),
+    new Promise((r) => setTimeout(() => r('still open after 5 s'), 5000).unref()),
+  ]);
+  t.is(outcome, 'closed', 'connections whose clients are gone close without the drain timeout');
+});

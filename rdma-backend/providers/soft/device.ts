@@ -1,5 +1,6 @@
 /** The soft device ("soft0"): caps, PDs, CQs, and the CM entry points (connect, listen). */
 import net from 'node:net';
+import { withReadBuffer } from '../../../common/read-buffer.js';
 import {
   type CompletionQueue,
   type Connection,
@@ -21,7 +22,6 @@ import {
 } from './connection.js';
 import { SoftCq } from './cq.js';
 import { SoftPd, StagTable } from './memory.js';
-import { withReadBuffer } from './read-buffer.js';
 import { MPA_MAX_PRIVATE_DATA, MPA_V2_IRD_ORD_SIZE } from './wire.js';
 
 const ULP_PD = MPA_MAX_PRIVATE_DATA - MPA_V2_IRD_ORD_SIZE;
