@@ -392,6 +392,11 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     );
   }
 
+  /** Whether the unbound call `r` may go on `l` now: in rotation, a free credit, and its XID free for GSS. */
+  private static takes(l: ConnectionLink, r: CallRecord): boolean {
+    return !l.offline && Router.free(l) && !(r.gss && l.xids.has(r.clientXid));
+  }
+
   /** Whether `l` can take a call now. */
   private static free(l: ConnectionLink): boolean {
     const c = l.conn;
@@ -420,8 +425,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     const start = n > 0 ? this.burstTurn % n : 0;
     for (let k = 0; k < n; k++) {
       const l = links[start + k < n ? start + k : start + k - n];
-      if (l.offline || !Router.free(l)) continue;
-      if (r.gss && l.xids.has(r.clientXid)) continue;
+      if (!Router.takes(l, r)) continue;
       const load = l.xids.size;
       if (load < bestLoad) {
         best = l;
@@ -440,14 +444,10 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     if (
       best !== null &&
       burst !== best &&
-      !burst.offline &&
-      Router.free(burst) &&
       burst.xids.size <= bestLoad + BURST_SLACK &&
-      !(r.gss && burst.xids.has(r.clientXid)) &&
-      links.includes(burst)
-    ) {
+      Router.takes(burst, r)
+    )
       return burst;
-    }
     return best;
   }
 
@@ -495,10 +495,11 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       if (!r.gss) reply.writeUInt32BE(r.clientXid, 0);
       client.replies++;
       this.stats.replies++;
+      // Counted before the hand-over: a pooled reply belongs to the frontend once given to sendReply.
+      this.callStats.reply(reply, r.arrivedAt, performance.now());
       this.one[0] = reply;
       client.conn.sendReply(this.one);
       this.one[0] = EMPTY; // drop the reference to the reply
-      this.callStats.reply(reply, r.arrivedAt, performance.now());
     }
     this.records.give(r);
     this.pump();
@@ -610,7 +611,10 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
         changed = true;
       }
     }
-    if (changed) this.links = [...this.linkOf.values()];
+    if (changed) {
+      this.links = [...this.linkOf.values()];
+      this.burstLink = null; // a burst never continues on a connection that left the rotation
+    }
   }
 
   private tick(): void {
