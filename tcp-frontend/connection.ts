@@ -169,6 +169,10 @@ export class FrontendConnection {
     const socket = this.socket;
     if (this.closed || socket.destroyed || !socket.writable) {
       this.stats.repliesDropped++;
+      // Nothing was written: pooled parts go back at once, as they would after a write.
+      const pool = this.recordPool;
+      if (pool !== undefined)
+        for (let i = 0; i < parts.length; i++) if (pool.owns(parts[i])) pool.release(parts[i]);
       return false;
     }
     let total = 0;

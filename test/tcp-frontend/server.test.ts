@@ -1,4 +1,5 @@
 import test from 'ava';
+import { BufferPool } from '../../common/buffer-pool.js';
 import { AcceptStat } from '../../rpc/constants.js';
 import { encodeAcceptedReply, peekXid } from '../../rpc/message.js';
 import { XdrWriter } from '../../rpc/xdr.js';
@@ -470,4 +471,39 @@ test('records kept after onRecord returns stay intact while every connection rea
     new Promise((r) => setTimeout(() => r('still open after 5 s'), 5000).unref()),
   ]);
   t.is(outcome, 'closed', 'connections whose clients are gone close without the drain timeout');
+});
+
+test('pooled reply parts go back to the record pool once written, and at once when the client has gone', async (t) => {
+  const pool = new BufferPool();
+  const h = new HoldingHandler();
+  const { server, port } = await start(h, { recordPool: pool });
+  const stayer = await RpcClient.connect({ host: '127.0.0.1', port });
+  const leaver = await connectRaw(port);
+  const answered = stayer.call(PROG, 1, 0);
+  leaver.write(framedCall(9, PROG, 1, 0));
+  await waitFor(() => h.held.length === 2, 'both calls held');
+  const pooledReply = (xid: number) => {
+    const w = new XdrWriter(32);
+    encodeAcceptedReply(w, { xid, acceptStat: AcceptStat.SUCCESS });
+    const bytes = w.toBuffer();
+    // A buffer of the pool's smallest class, like a reassembled 1 MiB READ reply of a larger one.
+    const out = pool.acquire(pool.minSize);
+    bytes.copy(out);
+    return out.subarray(0, bytes.length);
+  };
+  // The client still there: its reply is written, then returned in the write callback.
+  const stayerCall = h.held.find((c) => c.xid !== 9) as { conn: FrontendConnection; xid: number };
+  const leaverCall = h.held.find((c) => c.xid === 9) as { conn: FrontendConnection; xid: number };
+  stayerCall.conn.sendReply([pooledReply(stayerCall.xid)]);
+  t.is((await answered).acceptStat, AcceptStat.SUCCESS);
+  await waitFor(() => pool.stats.returned === 1, 'the written reply returned to the pool');
+  // The other client is gone before its reply: dropped, counted, and its buffer returned at once.
+  leaver.resetAndDestroy();
+  await waitFor(() => server.stats.connectionsOpen === 1, 'the server to see the reset');
+  leaverCall.conn.sendReply([pooledReply(9)]);
+  t.is(server.stats.repliesDropped, 1);
+  t.is(pool.stats.returned, 2);
+  t.is(pool.stats.doubleReleases, 0);
+  await stayer.close();
+  await server.close();
 });
