@@ -8,10 +8,10 @@
  * Each chain writes the file five times (fresh names: nfs-cp never overwrites) and reads the copies
  * back; the figure is the median of the five. Not the best: ganesha's write times are bimodal (one run
  * measured puts of 0.35, 0.96 and 1.03 s through socat, and 0.84-0.96 s directly), so the best of a few
- * compares one chain's lucky run with another's usual one; and each chain's first get is cold. The read is checked by size against the source. MOUNT goes
- * straight to ganesha (as in the interop gateway target): only the NFS program crosses the chain. The
- * server's page cache holds the file when it is read, for every chain alike: the comparison is of the
- * path, not of the disk.
+ * compares one chain's lucky run with another's usual one; and each chain's first get is cold. The read
+ * is checked by size against the source. MOUNT goes straight to ganesha (as in the interop gateway
+ * target): only the NFS program crosses the chain. The server's page cache holds the file when it is
+ * read, for every chain alike: the comparison is of the path, not of the disk.
  */
 import { createWriteStream, rmSync, statSync } from 'node:fs';
 import type { ExecutionContext } from 'ava';

@@ -5,8 +5,8 @@
  * Order (fixed): chains direct, haproxy ×2, socat ×2, then the gateway with Version 2 pool 1, Version 2
  * pool 4, Version 1 pool 1, Version 1 pool 4; on each freshly started chain first the idle-clients pair
  * (busy clients alone, then with the idle ones: RSS is sampled before any bulk workload left garbage),
- * then the workloads below in the order listed. Rows compare each chain with the haproxy chain (the haproxy chain with direct).
- * BENCH_CHAINS and BENCH_WORKLOADS (comma-separated ids; `busy` is the idle pair) select a subset.
+ * then the workloads below in the order listed. Rows compare each chain with the haproxy chain (the
+ * haproxy chain with direct). BENCH_CHAINS and BENCH_WORKLOADS (comma-separated ids; `busy` is the idle pair) select a subset.
  */
 import { TEST_PROGRAM, TEST_VERSION } from '../../gateway/test-program/constants.js';
 import { type BenchContext, type BenchRow, row, type Suite, type Target } from '../harness.js';

@@ -228,12 +228,6 @@ export interface Insert {
   data: Buffer;
 }
 
-/**
- * Builds the complete RPC message from the inline bytes and the chunk data the peer moved out of it,
- * re-creating each item's XDR pad as zeros (the chunk never carries it). `inserts` must be in order of
- * `at`, each within the inline bytes: a violation means a malformed peer message and is reported as a
- * TransportError (the responder answers it with BAD_XDR / ERR_CHUNK).
- */
 /** A copy of `bytes` in a buffer from `allocate` (which may return more than asked: the view is exact). */
 export function copyOf(bytes: Buffer, allocate: (size: number) => Buffer): Buffer {
   const out = allocate(bytes.length).subarray(0, bytes.length);
@@ -241,6 +235,12 @@ export function copyOf(bytes: Buffer, allocate: (size: number) => Buffer): Buffe
   return out;
 }
 
+/**
+ * Builds the complete RPC message from the inline bytes and the chunk data the peer moved out of it,
+ * re-creating each item's XDR pad as zeros (the chunk never carries it). `inserts` must be in order of
+ * `at`, each within the inline bytes: a violation means a malformed peer message and is reported as a
+ * TransportError (the responder answers it with BAD_XDR / ERR_CHUNK).
+ */
 export function reassemble(
   inline: Buffer,
   inserts: readonly Insert[],
