@@ -242,12 +242,32 @@ export class RpcRdmaConnection {
     sgList: this.sge,
   };
   readonly w = new XdrWriter(0);
-  /** Where an inbound call is assembled: the responder handler's `allocateCall`, or a plain allocation. */
-  readonly allocateCall = (size: number): Buffer =>
-    this.responder?.allocateCall?.(size) ?? Buffer.allocUnsafe(size);
-  /** Where a reply is assembled: the requester handler's `allocateReply`, or a plain allocation. */
-  readonly allocateReply = (size: number): Buffer =>
-    this.requester.allocateReply?.(size) ?? Buffer.allocUnsafe(size);
+  /**
+   * Where an inbound call is assembled: the responder handler's `allocateCall`, or a plain allocation.
+   * An allocator that throws is the handler's bug, not the peer's: logged and counted like any handler
+   * error, and the message is assembled in a plain allocation (never answered as malformed).
+   */
+  readonly allocateCall = (size: number): Buffer => {
+    const r = this.responder;
+    if (r?.allocateCall === undefined) return Buffer.allocUnsafe(size);
+    try {
+      return r.allocateCall(size);
+    } catch (e) {
+      this.handlerThrew('allocateCall', e, { size });
+      return Buffer.allocUnsafe(size);
+    }
+  };
+  /** Where a reply is assembled: the requester handler's `allocateReply`, or a plain allocation (as above). */
+  readonly allocateReply = (size: number): Buffer => {
+    const r = this.requester;
+    if (r.allocateReply === undefined) return Buffer.allocUnsafe(size);
+    try {
+      return r.allocateReply(size);
+    } catch (e) {
+      this.handlerThrew('allocateReply', e, { size });
+      return Buffer.allocUnsafe(size);
+    }
+  };
   decoder: HeaderDecoder;
   controlXid = 0x7f000000;
   negotiationXid = -1;

@@ -93,6 +93,8 @@ export interface Outcome {
 /** Collects outcomes and lets a test await a number of them. */
 export class Collector implements RequesterHandler {
   readonly outcomes: Outcome[] = [];
+  /** Set by a test to assemble replies in its own buffers. */
+  allocateReply?: (size: number) => Buffer;
   private waiters: { n: number; resolve: () => void }[] = [];
 
   onReply(call: TransportCall, reply: Buffer): void {
@@ -142,6 +144,8 @@ export class EchoResponder implements ResponderHandler {
   /** Messages given to `reply()` by `answer`, and those the transport gave back (`onReplyReleased`). */
   replied: Buffer[] = [];
   released: Buffer[] = [];
+  /** Set by a test to assemble inbound calls in its own buffers. */
+  allocateCall?: (size: number) => Buffer;
 
   onReplyReleased(message: Buffer): void {
     this.released.push(message);

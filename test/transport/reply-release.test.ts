@@ -98,3 +98,31 @@ test('an onReplyReleased that throws is logged and counted; the connection serve
     await lb.close();
   }
 });
+
+test("an allocateReply or allocateCall that throws is the handler's bug: logged, counted, the message still arrives", async (t) => {
+  const lines: Record<string, unknown>[] = [];
+  const logger: TransportLogger = { warn: (obj) => void lines.push(obj) };
+  const lb = await loopback({ client: { logger }, server: { logger } });
+  try {
+    lb.collector.allocateReply = () => {
+      throw new Error('reply pool bug');
+    };
+    lb.responder.allocateCall = () => {
+      throw new Error('call pool bug');
+    };
+    // A 1 MiB SOURCE reply is reassembled (allocateReply); a 64 KiB ECHO call with DDP goes in a Read
+    // chunk and is reassembled on the responder (allocateCall), its echo comes back in a Write chunk.
+    lb.client.submit(sourceCall(11, 1 << 20));
+    lb.client.submit(TestCall.echo(12, pattern(65536, 6)));
+    const outs = await lb.collector.wait(2);
+    for (const o of outs) t.is(o.error, undefined, 'no call fails for an allocator bug');
+    t.is(replyData(outs.find((o) => o.call.xid === 11)?.reply as Buffer).length, 1 << 20);
+    t.deepEqual(replyData(outs.find((o) => o.call.xid === 12)?.reply as Buffer), pattern(65536, 6));
+    t.true(lines.some((l) => l.handler === 'allocateReply'));
+    t.true(lines.some((l) => l.handler === 'allocateCall'));
+    t.is(lb.server.counters.handlerErrors, 1);
+    t.is(lb.client.counters.handlerErrors, 2);
+  } finally {
+    await lb.close();
+  }
+});
