@@ -12,12 +12,12 @@
  *   `FrontendHandler.onWritable` says when it ends, and the dispatcher can hold further replies meanwhile.
  *   Nothing waits synchronously, so a client that never reads its replies blocks only itself.
  *
- * Replies written in the same tick go out in one `writev` (cork, writes, uncork on the next tick); the
- * record mark and every part are written as they are, never concatenated.
+ * Replies written in the same tick go out together on the next tick (`RecordWriter`): small records
+ * gathered into one buffer, large ones' parts written as they are, never concatenated.
  *
- * The server-side socket cannot read into caller-provided buffers: Node offers `onread` only to
- * `net.connect`, not to sockets accepted by `net.Server`. Records are therefore views of Node's own read
- * buffers (zero copy when a record lies inside one chunk) and stay valid after `onRecord` returns.
+ * The socket reads into a buffer shared by every connection of the server (`withReadBuffer`, server.ts):
+ * each record is copied out of it (into the record pool when large), so a record stays valid after
+ * `onRecord` returns.
  */
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
@@ -25,7 +25,8 @@ import type { BufferPool } from '../common/buffer-pool.js';
 import { GatewayError } from '../common/errors.js';
 import { FrontendError } from './frontend-errors.js';
 import type { FrontendLimits } from './limits.js';
-import { RecordDecoder, RecordMarkingError, recordMark } from './record-marking.js';
+import { RecordDecoder, RecordMarkingError } from './record-marking.js';
+import { RecordWriter } from './record-writer.js';
 import { countBy, type FrontendStats } from './stats.js';
 
 /** Why a connection closed; `code` is stable (counted in `FrontendStats.closes`), `details` explains. */
@@ -57,10 +58,6 @@ export interface FrontendHandler {
 export const XDR_PAD = Buffer.alloc(4);
 
 let nextConnectionId = 1;
-
-function uncorkOnNextTick(conn: FrontendConnection): void {
-  conn.flush();
-}
 
 export class FrontendConnection {
   /** Unique in this process; used in logs and by dispatchers as a map key. */
@@ -95,15 +92,12 @@ export class FrontendConnection {
   private readonly handler: FrontendHandler;
   private readonly decoder: RecordDecoder;
   private readonly onClosed: (conn: FrontendConnection) => void;
-  private readonly recordPool: BufferPool | undefined;
-  /** Pooled reply parts written and not yet confirmed by their write callback, oldest first. */
-  private readonly pooledOut: Buffer[] = [];
+  private readonly writer: RecordWriter;
   /** Decoded records not yet dispatched; bounded by one read chunk (reading pauses when it is non-empty). */
   private backlog: (Buffer | undefined)[] = [];
   private backlogHead = 0;
   private pumping = false;
   private holds = 0;
-  private corked = false;
   private reason: CloseReason | undefined = undefined;
   /** When the record now arriving began (Date.now()), or 0 at a record boundary. */
   private recordStartedAt = 0;
@@ -122,7 +116,7 @@ export class FrontendConnection {
     this.stats = stats;
     this.handler = handler;
     this.onClosed = onClosed;
-    this.recordPool = recordPool;
+    this.writer = new RecordWriter(socket, { pool: recordPool, onBlocked: () => this.onWriteBlocked() });
     this.remoteAddress = socket.remoteAddress ?? '';
     this.remotePort = socket.remotePort ?? 0;
     this.localAddress = socket.localAddress ?? '';
@@ -170,9 +164,7 @@ export class FrontendConnection {
     if (this.closed || socket.destroyed || !socket.writable) {
       this.stats.repliesDropped++;
       // Nothing was written: pooled parts go back at once, as they would after a write.
-      const pool = this.recordPool;
-      if (pool !== undefined)
-        for (let i = 0; i < parts.length; i++) if (pool.owns(parts[i])) pool.release(parts[i]);
+      this.writer.drop(parts);
       return false;
     }
     let total = 0;
@@ -180,44 +172,23 @@ export class FrontendConnection {
     if (total === 0) {
       throw new FrontendError('ERR_EMPTY_REPLY', 'sendRecord was given an empty record', { conn: this.id });
     }
-    if (!this.corked) {
-      this.corked = true;
-      socket.cork();
-      process.nextTick(uncorkOnNextTick, this);
-    }
-    let ok = socket.write(recordMark(total));
-    const pool = this.recordPool;
-    for (let i = 0; i < parts.length; i++) {
-      const part = parts[i];
-      if (part.length === 0) continue;
-      if (pool?.owns(part)) {
-        // A reply assembled in the record pool: back to it once the socket has taken the bytes.
-        this.pooledOut.push(part);
-        ok = socket.write(part, this.onPooledWritten);
-      } else {
-        ok = socket.write(part);
-      }
-    }
+    const ok = this.writer.write(parts, total);
     const bytes = total + 4;
     this.bytesOut += bytes;
     this.stats.bytesOut += bytes;
     this.recordsOut++;
     this.stats.recordsOut++;
-    if (!ok && !this.writeBlocked) {
-      this.writeBlocked = true;
-      this.stats.writeBlocks++;
-      this.stats.connectionsWriteBlocked++;
-      this.updateReading();
-    }
     return ok;
   }
 
-  /** Socket write callbacks run in write order: the oldest pooled part is the one just written. */
-  private readonly onPooledWritten = (err?: Error | null): void => {
-    const part = this.pooledOut.shift();
-    // After a failed write the socket is being destroyed: the buffer is left to the garbage collector.
-    if (part !== undefined && !err) this.recordPool?.release(part);
-  };
+  /** The writer's first socket write that returned false: stop reading until `drain`. */
+  private onWriteBlocked(): void {
+    if (this.writeBlocked) return;
+    this.writeBlocked = true;
+    this.stats.writeBlocks++;
+    this.stats.connectionsWriteBlocked++;
+    this.updateReading();
+  }
 
   /** `sendRecord(parts)` followed by `release()`: the usual way to answer a call. */
   sendReply(parts: readonly Buffer[]): boolean {
@@ -250,11 +221,9 @@ export class FrontendConnection {
     else this.updateReading();
   }
 
-  /** Writes what was corked in this tick (called on the next tick; harmless to call early). */
+  /** Writes the replies gathered in this tick (done on the next tick; harmless to call early). */
   flush(): void {
-    if (!this.corked) return;
-    this.corked = false;
-    this.socket.uncork();
+    this.writer.flush();
   }
 
   /**
@@ -432,6 +401,7 @@ export class FrontendConnection {
   }
 
   private onDrain(): void {
+    this.writer.unblocked();
     if (!this.writeBlocked) return;
     this.writeBlocked = false;
     this.stats.connectionsWriteBlocked--;

@@ -29,7 +29,8 @@ import type {
 import { MsgType } from '../../rpc/constants.js';
 import { RpcCallHeader } from '../../rpc/message.js';
 import { xdrPad } from '../../rpc/xdr.js';
-import { RecordDecoder, recordMark } from '../../tcp-frontend/record-marking.js';
+import { RecordDecoder } from '../../tcp-frontend/record-marking.js';
+import { RecordWriter } from '../../tcp-frontend/record-writer.js';
 import type { UlbRegistry } from '../ulb/registry.js';
 import { UlbCallPlan } from '../ulb/types.js';
 
@@ -119,9 +120,7 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
   private rdmaClosed = false;
   private upstreamClosed = false;
   private lingerTimer: NodeJS.Timeout | null = null;
-  private corked = false;
-  /** Pooled call messages written to the upstream, oldest first, until their write callback. */
-  private readonly written: Buffer[] = [];
+  private readonly writer: RecordWriter;
 
   constructor(o: UpstreamLinkOptions) {
     this.o = o;
@@ -144,6 +143,7 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
         },
       },
     });
+    this.writer = new RecordWriter(this.socket, { pool: o.pool });
     this.socket.on('error', (err: NodeJS.ErrnoException) =>
       o.log.warn({ code: err.code, err: err.message }, 'upstream connection error'),
     );
@@ -173,42 +173,17 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
     this.pending.set(xid, p);
     this.o.stats.pending++;
     this.o.stats.callsForwarded++;
-    const message = inbound.message;
-    this.write(recordMark(message.length));
-    if (this.o.pool.owns(message)) {
-      // Assembled in our pool (`allocateCall`): back to it once the socket has taken the bytes.
-      this.written.push(message);
-      this.write(message, this.onMessageWritten);
-    } else {
-      this.write(message);
-    }
+    // A message assembled in our pool (`allocateCall`) goes back to it once written (or copied).
+    this.writer.writeOne(inbound.message);
   }
 
   allocateCall(size: number): Buffer {
     return this.o.pool.acquire(size);
   }
 
-  /** Socket write callbacks run in write order: the oldest pooled call is the one just written. */
-  private readonly onMessageWritten = (err?: Error | null): void => {
-    const message = this.written.shift();
-    // After a failed write the socket is being destroyed: the buffer is left to the garbage collector.
-    if (message !== undefined && !err) this.o.pool.release(message);
-  };
-
-  private write(b: Buffer, done?: (err?: Error | null) => void): void {
-    if (!this.corked) {
-      this.corked = true;
-      this.socket.cork();
-      process.nextTick(uncork, this);
-    }
-    this.socket.write(b, done);
-  }
-
   /** @internal */
   flush(): void {
-    if (!this.corked) return;
-    this.corked = false;
-    this.socket.uncork();
+    this.writer.flush();
   }
 
   // ------------------------------------------------------------------------------------------------
@@ -301,8 +276,7 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
   onReply(_call: BackwardCall, reply: Buffer): void {
     this.o.stats.callbackReplies++;
     if (this.upstreamClosed) return;
-    this.write(recordMark(reply.length));
-    this.write(reply);
+    this.writer.writeOne(reply);
   }
 
   onFailed(call: BackwardCall, error: TransportError): void {
@@ -354,8 +328,4 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
   close(): void {
     this.conn?.close('responder closing');
   }
-}
-
-function uncork(link: UpstreamLink): void {
-  link.flush();
 }

@@ -81,6 +81,13 @@ export const DEFAULT_DECODE_LIMITS: Readonly<DecodeLimits> = Object.freeze({
   maxSubsetWords: 8,
 });
 
+/** The chunk lists of a message without chunks; shared by every such header, so never to be modified. */
+const NO_CHUNKS: ChunkLists = Object.freeze({
+  reads: Object.freeze([]) as unknown as ReadSegment[],
+  writes: Object.freeze([]) as unknown as RdmaSegment[][],
+  reply: null,
+});
+
 /** Big-endian uint32 at `p`, for offsets already bounds-checked (skips Buffer's argument validation). */
 function be32(b: Buffer, p: number): number {
   return ((b[p] << 24) | (b[p + 1] << 16) | (b[p + 2] << 8) | b[p + 3]) >>> 0;
@@ -407,6 +414,12 @@ export class HeaderDecoder {
 
   private chunkLists(): ChunkLists {
     const r = this.r;
+    const p = r.pos;
+    // Most messages carry no chunk at all (three false discriminators): one shared, frozen result.
+    if (r.end - p >= 12 && be32(r.buf, p) === 0 && be32(r.buf, p + 4) === 0 && be32(r.buf, p + 8) === 0) {
+      r.pos = p + 12;
+      return NO_CHUNKS;
+    }
     const L = this.limits;
     const reads: ReadSegment[] = [];
     let readChunks = 0;

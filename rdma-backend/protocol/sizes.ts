@@ -69,14 +69,19 @@ export interface ChunkBudget {
  * bytes each, write segments 16 plus 8 per Write chunk (at most one chunk per segment unless
  * `writeChunks` says otherwise), a Reply chunk 4 + 16 per segment.
  */
+function checkCount(v: number): void {
+  if (!Number.isInteger(v) || v < 0)
+    throw new UsageError('ERR_RPCRDMA_BUDGET', `segment count ${v} is invalid`);
+}
+
 export function maxChunkHeaderSize(version: 1 | 2, budget: ChunkBudget): number {
   const reads = budget.readSegments ?? 0;
   const writes = budget.writeSegments ?? 0;
   const writeChunks = budget.writeChunks ?? writes;
-  for (const v of [reads, writes, writeChunks, budget.replySegments ?? 0]) {
-    if (!Number.isInteger(v) || v < 0)
-      throw new UsageError('ERR_RPCRDMA_BUDGET', `segment count ${v} is invalid`);
-  }
+  checkCount(reads);
+  checkCount(writes);
+  checkCount(writeChunks);
+  checkCount(budget.replySegments ?? 0);
   let n = (version === RPCRDMA_VERSION_1 ? RPCRDMA_COMMON_SIZE : RPCRDMA2_PREFIX_SIZE + 4) + 12;
   n += reads * READ_LIST_ENTRY_SIZE;
   n += writeChunks * WRITE_CHUNK_OVERHEAD + writes * SEGMENT_SIZE;

@@ -13,6 +13,8 @@ export class BufferSlab {
   /** Distance in bytes between consecutive buffers (the buffer size rounded up to a page). */
   readonly stride: number;
   private readonly free: number[];
+  /** One view per slot, made on first use and kept: a message costs no Buffer object. */
+  private views: (Buffer | undefined)[] = [];
 
   constructor(
     pd: ProtectionDomain,
@@ -25,11 +27,19 @@ export class BufferSlab {
     this.mr = pd.registerMemory(slab, Access.LOCAL_WRITE);
     this.free = [];
     for (let i = count - 1; i >= 0; i--) this.free.push(i);
+    this.views = [];
+    for (let i = 0; i < count; i++)
+      this.views.push(this.mr.buffer.subarray(i * this.stride, i * this.stride + size));
   }
 
   /** The buffer of slot `i` (a view, `size` bytes). */
   view(i: number): Buffer {
-    return this.mr.buffer.subarray(i * this.stride, i * this.stride + this.size);
+    let v = this.views[i];
+    if (v === undefined) {
+      v = this.mr.buffer.subarray(i * this.stride, i * this.stride + this.size);
+      this.views[i] = v;
+    }
+    return v;
   }
 
   offset(i: number): number {
@@ -55,6 +65,7 @@ export class BufferSlab {
   }
 
   destroy(): void {
+    this.views = [];
     this.mr.deregister();
   }
 }

@@ -42,6 +42,11 @@ import { CONTROL_SEND_SLOTS, KIND_PULL, KIND_READ, KIND_SHIFT, KIND_WRITE } from
 import type { ChunkRegistration } from './registration.js';
 import { EMPTY, InboundCallImpl, type InboundState, type ReadJob, sumLengths } from './state.js';
 
+/** The error code to answer with: Version 1 has only ERR_CHUNK for everything but ERR_VERS. */
+function errorFor(version: 1 | 2, code: number): number {
+  return version === 1 ? ERR_CHUNK : code;
+}
+
 export function onInboundCall(
   c: RpcRdmaConnection,
   xid: number,
@@ -59,35 +64,39 @@ export function onInboundCall(
 ): void {
   const backward = c.role === 'client';
   c.counters.callsReceived++;
-  const errCode = (code: number) => (version === 1 ? ERR_CHUNK : code);
   if (!c.responder) {
-    sendError(c, xid, version, { code: errCode(RDMA2_ERR_SYSTEM) });
+    sendError(c, xid, version, { code: errorFor(version, RDMA2_ERR_SYSTEM) });
     return;
   }
   if (backward && (chunks.reads.length > 0 || chunks.writes.length > 0 || chunks.reply)) {
     // RFC 8167 §4: backward messages carry no chunks.
-    sendError(c, xid, version, { code: errCode(RDMA2_ERR_BAD_XDR) });
+    sendError(c, xid, version, { code: errorFor(version, RDMA2_ERR_BAD_XDR) });
     return;
   }
   // Most calls carry no Read chunk: skip the grouping (and its arrays) for them.
   const grouped = chunks.reads.length === 0 ? NO_READ_CHUNKS : groupReadChunks(chunks.reads);
   if (grouped === null) {
-    sendError(c, xid, version, { code: errCode(RDMA2_ERR_BAD_XDR) });
+    sendError(c, xid, version, { code: errorFor(version, RDMA2_ERR_BAD_XDR) });
     return;
   }
   const { positions, lengths, segments } = grouped;
   let single = grouped.singleHandle;
-  for (const w of chunks.writes) for (const s of w) single = mergeHandle(single, s.handle);
-  if (chunks.reply) for (const s of chunks.reply) single = mergeHandle(single, s.handle);
+  const writes = chunks.writes;
+  for (let i = 0; i < writes.length; i++) {
+    const w = writes[i];
+    for (let j = 0; j < w.length; j++) single = mergeHandle(single, w[j].handle);
+  }
+  const reply = chunks.reply;
+  if (reply) for (let j = 0; j < reply.length; j++) single = mergeHandle(single, reply[j].handle);
   const pz = positions.length > 0 && positions[0] === 0;
   // A NOMSG call needs a Position-Zero Read chunk; an MSG call must not have one (RFC 8166 §3.5.3).
   if (nomsg !== pz) {
-    sendError(c, xid, version, { code: errCode(RDMA2_ERR_BAD_XDR) });
+    sendError(c, xid, version, { code: errorFor(version, RDMA2_ERR_BAD_XDR) });
     return;
   }
-  for (const l of lengths) {
-    if (l > c.opts.maxChunkSize) {
-      sendError(c, xid, version, { code: errCode(RDMA2_ERR_SYSTEM) });
+  for (let i = 0; i < lengths.length; i++) {
+    if (lengths[i] > c.opts.maxChunkSize) {
+      sendError(c, xid, version, { code: errorFor(version, RDMA2_ERR_SYSTEM) });
       return;
     }
   }
@@ -289,15 +298,22 @@ export function sendReply(
   const version = ib.version;
   const caps = c.scratchCaps;
   caps.length = 0;
-  for (const w of ib.writeChunks) caps.push(sumLengths(w));
-  const replyCap = ib.replyChunk ? sumLengths(ib.replyChunk) : -1;
+  const writeChunks = ib.writeChunks;
   let writeSegs = 0;
-  for (const w of ib.writeChunks) writeSegs += w.length;
-  const headerSize = maxChunkHeaderSize(version, {
-    writeSegments: writeSegs,
-    writeChunks: ib.writeChunks.length,
-    replySegments: ib.replyChunk ? ib.replyChunk.length : undefined,
-  });
+  for (let i = 0; i < writeChunks.length; i++) {
+    caps.push(sumLengths(writeChunks[i]));
+    writeSegs += writeChunks[i].length;
+  }
+  const replyCap = ib.replyChunk ? sumLengths(ib.replyChunk) : -1;
+  // Most replies answer a call that offered no chunk: their header bound is a constant.
+  const headerSize =
+    writeChunks.length === 0 && ib.replyChunk === null
+      ? maxChunkHeaderSize(version, NO_CHUNK_BUDGET)
+      : maxChunkHeaderSize(version, {
+          writeSegments: writeSegs,
+          writeChunks: writeChunks.length,
+          replySegments: ib.replyChunk ? ib.replyChunk.length : undefined,
+        });
   const planInput = {
     version,
     replyLength: message.length,
@@ -361,8 +377,8 @@ export function sendReply(
   }
   // Write chunks: the data of each moved item, spread over the chunk's segments; unused chunks and
   // segments are returned with length 0 (RFC 8166 §3.5.2).
-  const writesOut: RdmaSegmentInput[][] = [];
-  for (let i = 0; i < ib.writeChunks.length; i++) {
+  const writesOut: RdmaSegmentInput[][] = writeChunks.length === 0 ? NO_WRITES : [];
+  for (let i = 0; i < writeChunks.length; i++) {
     const segs = ib.writeChunks[i];
     const out: RdmaSegmentInput[] = segs.map((s) => ({ handle: s.handle, length: 0, offset: s.offset }));
     if (i < plan.moved) {
@@ -484,6 +500,9 @@ export function postWrite(
   c.counters.rdmaWriteBytes += length;
   c.postSend();
 }
+
+const NO_CHUNK_BUDGET = Object.freeze({ writeSegments: 0, writeChunks: 0 });
+const NO_WRITES = Object.freeze([]) as unknown as RdmaSegmentInput[][];
 
 const NO_READ_CHUNKS: ReadChunks = {
   positions: Object.freeze([]) as unknown as number[],
