@@ -59,6 +59,9 @@ export const XDR_PAD = Buffer.alloc(4);
 
 let nextConnectionId = 1;
 
+/** Backlog slots a connection keeps between reads (a read of 64 KiB holds at most ~1,600 NULL calls). */
+const MAX_KEPT_BACKLOG = 64;
+
 export class FrontendConnection {
   /** Unique in this process; used in logs and by dispatchers as a map key. */
   readonly id = nextConnectionId++;
@@ -94,8 +97,13 @@ export class FrontendConnection {
   private readonly onClosed: (conn: FrontendConnection) => void;
   private readonly writer: RecordWriter;
   /** Decoded records not yet dispatched; bounded by one read chunk (reading pauses when it is non-empty). */
-  private backlog: (Buffer | undefined)[] = [];
+  /**
+   * Slots `[backlogHead, backlogTail)` hold records; the array is reused as it is (never shortened), so a
+   * record costs no allocation.
+   */
+  private readonly backlog: (Buffer | undefined)[] = [];
   private backlogHead = 0;
+  private backlogTail = 0;
   private pumping = false;
   private holds = 0;
   private reason: CloseReason | undefined = undefined;
@@ -144,7 +152,7 @@ export class FrontendConnection {
 
   /** Records decoded but waiting for an in-flight slot. */
   get backlogLength(): number {
-    return this.backlog.length - this.backlogHead;
+    return this.backlogTail - this.backlogHead;
   }
 
   /** The reason this connection closed (or is closing), once known. */
@@ -309,7 +317,7 @@ export class FrontendConnection {
     this.recordsIn++;
     this.stats.recordsIn++;
     if (this.closing) return;
-    this.backlog.push(record);
+    this.backlog[this.backlogTail++] = record;
     this.pump();
   }
 
@@ -318,14 +326,16 @@ export class FrontendConnection {
     if (this.pumping) return;
     this.pumping = true;
     try {
-      while (this.backlogHead < this.backlog.length && this.canDispatch()) {
+      while (this.backlogHead < this.backlogTail && this.canDispatch()) {
         const record = this.backlog[this.backlogHead]!;
         this.backlog[this.backlogHead++] = undefined;
         this.dispatch(record);
       }
-      if (this.backlogHead === this.backlog.length) {
-        this.backlog.length = 0;
+      if (this.backlogHead === this.backlogTail) {
         this.backlogHead = 0;
+        this.backlogTail = 0;
+        // A burst of tiny records grew it: give that back rather than keep it for an idle client.
+        if (this.backlog.length > MAX_KEPT_BACKLOG) this.backlog.length = 0;
       }
     } finally {
       this.pumping = false;
@@ -358,8 +368,9 @@ export class FrontendConnection {
   }
 
   private dropBacklog(): void {
-    this.backlog.length = 0;
+    this.backlog.fill(undefined, this.backlogHead, this.backlogTail);
     this.backlogHead = 0;
+    this.backlogTail = 0;
   }
 
   private updateReading(): void {

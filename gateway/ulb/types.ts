@@ -12,6 +12,8 @@
  *   size unknown so a Reply chunk is offered, and a Long Call remains possible) — correct, only slower;
  * - it never reads outside `[call.start, call.end)` (every read goes through `XdrReader`).
  */
+
+import { truncate } from '../../common/arrays.js';
 import { type RpcCallHeader, RpcReplyHeader } from '../../rpc/message.js';
 
 /** A DDP-eligible item of a Call: its data bytes in the message (same shape as the transport's `DdpItem`). */
@@ -80,9 +82,9 @@ export class UlbCallPlan {
 
   /** Empties the plan for a new call (keeps the item pool). */
   reset(call: RpcCallHeader): void {
-    this.args.length = 0;
-    this.results.length = 0;
-    this.resultKinds.length = 0;
+    truncate(this.args);
+    truncate(this.results);
+    truncate(this.resultKinds);
     this.maxReplySize = -1;
     this.minReplySize = 0;
     this.outcome = UlbOutcome.UNKNOWN;
@@ -112,9 +114,9 @@ export class UlbCallPlan {
 
   /** Drops everything the binding found: the safe fallback. */
   fallBack(): void {
-    this.args.length = 0;
-    this.results.length = 0;
-    this.resultKinds.length = 0;
+    truncate(this.args);
+    truncate(this.results);
+    truncate(this.resultKinds);
     this.maxReplySize = -1;
     this.minReplySize = 0;
     this.outcome = UlbOutcome.UNKNOWN;

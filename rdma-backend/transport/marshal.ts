@@ -230,7 +230,9 @@ export interface Insert {
 
 /** A copy of `bytes` in a buffer from `allocate` (which may return more than asked: the view is exact). */
 export function copyOf(bytes: Buffer, allocate: (size: number) => Buffer): Buffer {
-  const out = allocate(bytes.length).subarray(0, bytes.length);
+  const n = bytes.length;
+  const got = allocate(n);
+  const out = got.length === n ? got : got.subarray(0, n);
   bytes.copy(out, 0);
   return out;
 }

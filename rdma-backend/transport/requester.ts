@@ -5,6 +5,8 @@
  * RDMA2_ERROR (retry with more resources where seed 004 §5.3.3 allows), invalidate everything the peer did
  * not, and only then complete the call to the caller. Functions over the connection's state.
  */
+
+import { truncate } from '../../common/arrays.js';
 import {
   encodeV1ChunkHeader,
   encodeV2ChunkHeader,
@@ -75,8 +77,8 @@ export function allocState(c: RpcRdmaConnection, call: TransportCall): number {
   }
   const st = c.states[idx];
   st.call = call;
-  st.regs.length = 0;
-  st.writeRegs.length = 0;
+  truncate(st.regs);
+  truncate(st.writeRegs);
   st.replyReg = null;
   st.reply = null;
   st.error = null;
@@ -537,8 +539,8 @@ export function onInvalidated(c: RpcRdmaConnection, st: CallState): void {
 
 export function releaseRegs(c: RpcRdmaConnection, st: CallState, revoke: boolean): void {
   for (const r of st.regs) c.registrar.release(r, revoke);
-  st.regs.length = 0;
-  st.writeRegs.length = 0;
+  truncate(st.regs);
+  truncate(st.writeRegs);
   st.replyReg = null;
 }
 

@@ -3,6 +3,8 @@
  * delivery of the re-assembled call to the ResponderHandler, and the reply: Write chunks, Reply chunk,
  * responder-provided Read chunk + DONE (seed 002), Send With Invalidate. Functions over the connection.
  */
+
+import { truncate } from '../../common/arrays.js';
 import {
   type ChunkListsInput,
   ERR_CHUNK,
@@ -137,7 +139,7 @@ export function onInboundCall(
     ib.nomsg = nomsg;
     ib.positions = positions;
     ib.lengths = lengths;
-    ib.sinks.length = 0;
+    truncate(ib.sinks);
     ib.segments = segments;
     ib.readsPending = 0;
     ib.writeChunks = chunks.writes;
@@ -269,7 +271,7 @@ export function onDone(c: RpcRdmaConnection, xid: number, wc: WorkCompletion): v
 
 export function releaseInboundSinks(c: RpcRdmaConnection, ib: InboundState): void {
   for (const s of ib.sinks) c.registrar.release(s, true);
-  ib.sinks.length = 0;
+  truncate(ib.sinks);
 }
 
 export function endInbound(c: RpcRdmaConnection, ib: InboundState): void {
@@ -297,7 +299,7 @@ export function sendReply(
 ): void {
   const version = ib.version;
   const caps = c.scratchCaps;
-  caps.length = 0;
+  truncate(caps);
   const writeChunks = ib.writeChunks;
   let writeSegs = 0;
   for (let i = 0; i < writeChunks.length; i++) {
@@ -351,7 +353,7 @@ export function sendReply(
   let srcMr: MemoryRegion | null = null;
   /** Where item i's data starts in `srcMr` (staged) — or its offset in `message` (registered). */
   const srcAt = c.scratchAt;
-  srcAt.length = 0;
+  truncate(srcAt);
   let stage = -1;
   if (plan.moved > 0 && plan.mode !== 'reply-chunk') {
     let bytes = 0;
@@ -389,7 +391,7 @@ export function sendReply(
         out[0].length = it.length;
       } else {
         const lens = c.scratchLens;
-        lens.length = 0;
+        truncate(lens);
         for (const s of segs) lens.push(s.length);
         for (const sp of scatter(it.length, lens) ?? []) {
           postWrite(

@@ -1,4 +1,6 @@
 /** Per-call state records of both roles (pooled, indexed by work-request id) and small helpers. */
+
+import { truncate } from '../../common/arrays.js';
 import type {
   ChunkListsInput,
   RdmaSegment,
@@ -105,8 +107,8 @@ export class ChunkScratch {
   } = {};
 
   begin(): void {
-    this.reads.length = 0;
-    this.writes.length = 0;
+    truncate(this.reads);
+    truncate(this.writes);
     this.out.reads = undefined;
     this.out.writes = undefined;
     this.out.reply = undefined;
