@@ -95,10 +95,12 @@ class SglEntry {
       if (!Number.isInteger(s.offset) || !Number.isInteger(s.length) || s.offset < 0 || s.length < 0) {
         throw invalidArgument('SGE offset/length must be non-negative integers', { i });
       }
-      this.mrs[i] = s.mr as SoftMr;
+      // Ring entries see the same few regions again and again: skip the (write-barriered) pointer store.
+      const mr = s.mr as SoftMr;
+      if (this.mrs[i] !== mr) this.mrs[i] = mr;
       this.offsets[i] = s.offset;
       this.lengths[i] = s.length;
-      this.keys[i] = s.mr.lkey;
+      this.keys[i] = mr.lkey;
       total += s.length;
     }
     this.nsge = sgl.length;
@@ -159,6 +161,8 @@ export class SoftQp implements QueuePair {
   // Send queue: ring of entries created on first use (a connection that never fills its queue never pays
   // for the whole ring) and then reused; absolute counters, slot = counter % size.
   private sq: SqEntry[];
+  /** Entries of reported WRs, reused last-in first-out (see `postSend`). */
+  private sqFree: SqEntry[] = [];
   private sqHead = 0; // oldest not yet reported
   /** Set by `release()` (the connection was destroyed): posting is refused from then on. */
   private released = false;
@@ -293,12 +297,10 @@ export class SoftQp implements QueuePair {
     ) {
       throw invalidArgument('rkey and remoteAddr required', { op });
     }
-    const at = this.sqTail % this.sq.length;
-    let e = this.sq[at];
-    if (e === undefined) {
-      e = new SqEntry();
-      this.sq[at] = e;
-    }
+    // The entry comes from a LIFO free list, not from the ring slot: a ring of thousands of entries used
+    // in turn misses the cache on every post, a few recycled entries do not.
+    const e = this.sqFree.pop() ?? new SqEntry();
+    this.sq[this.sqTail % this.sq.length] = e;
     e.wrId = wr.wrId;
     e.opcode = op;
     e.flags = wr.flags;
@@ -490,6 +492,8 @@ export class SoftQp implements QueuePair {
         cq.commit(e.status !== WcStatus.SUCCESS);
       }
       this.sqHead++;
+      // Nothing reads a ring slot outside [sqHead, sqTail): the stale reference there is harmless.
+      this.sqFree.push(e);
     }
   }
 
@@ -1165,6 +1169,7 @@ export class SoftQp implements QueuePair {
   release(): void {
     this.released = true;
     if (this.sqHead === this.sqTail) this.sq = [];
+    this.sqFree = [];
     if (this.rqHead === this.rqTail) this.rq = [];
     this.pd.qpCount--;
     (this.sendCq as SoftCq).users--;
