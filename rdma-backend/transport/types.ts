@@ -151,6 +151,8 @@ export interface ConnectionCounters {
   donesSent: number;
   bytesSent: number;
   bytesReceived: number;
+  /** Sends posted unsignaled: their completion is implied by a later signaled Send's (xprtrdma's batching). */
+  sendsUnsignaled: number;
   /** User handlers (onCall, onReply, onFailed, onAbandoned, locateResult, onClose, onReady) that threw. */
   handlerErrors: number;
 }
