@@ -33,6 +33,7 @@ import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { pino } from 'pino';
 import type { BufferPool } from '../common/buffer-pool.js';
+import { U32Map } from '../common/u32-map.js';
 import type {
   ConnectionPool,
   RequesterHandler,
@@ -594,7 +595,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       if (!this.linkOf.has(conn)) {
         const link: ConnectionLink = {
           conn,
-          xids: new Map(),
+          xids: new U32Map<CallRecord>(),
           backchannel: null,
           offline: this.offline.has(conn),
         };

@@ -16,6 +16,7 @@
 import { connect, type Socket } from 'node:net';
 import type { Logger } from 'pino';
 import type { BufferPool } from '../../common/buffer-pool.js';
+import { U32Map } from '../../common/u32-map.js';
 import { RDMA2_ERR_SYSTEM } from '../../rdma-backend/protocol/index.js';
 import type {
   DdpItem,
@@ -114,7 +115,7 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
   readonly socket: Socket;
   private readonly o: UpstreamLinkOptions;
   private readonly decoder: RecordDecoder;
-  private readonly pending = new Map<number, Pending>();
+  private readonly pending = new U32Map<Pending>();
   private readonly free: Pending[] = [];
   private readonly header = new RpcCallHeader();
   private rdmaClosed = false;

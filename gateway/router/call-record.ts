@@ -4,6 +4,7 @@
  * the router's one handler, so nothing is allocated per call on the hot path besides what Node itself
  * allocates for the socket data.
  */
+import type { U32Map } from '../../common/u32-map.js';
 import type { DdpItem, RpcRdmaConnection, TransportCall } from '../../rdma-backend/transport/index.js';
 import { SESSIONID_SIZE, SessionOp } from '../ulb/sessions.js';
 import { UlbCallPlan } from '../ulb/types.js';
@@ -16,7 +17,7 @@ const EMPTY = Buffer.alloc(0);
 export interface ConnectionLink {
   readonly conn: RpcRdmaConnection;
   /** Gateway XID (or an RPCSEC_GSS call's own XID) → the call carrying it on this connection. */
-  readonly xids: Map<number, CallRecord>;
+  readonly xids: U32Map<CallRecord>;
   /** The NFSv4.1 session whose backchannel is bound to this connection (CB_NULL and unnamed callbacks). */
   backchannel: Session | null;
   /** Taken out of rotation by the operator (admin API): no new calls, those in flight finish. */

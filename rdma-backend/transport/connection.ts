@@ -30,6 +30,7 @@
  * are reused; per-call state lives in pooled records indexed by the work request id.
  */
 
+import { U32Map } from '../../common/u32-map.js';
 import { XdrWriter } from '../../rpc/xdr.js';
 import {
   type ConnectionPrivateData,
@@ -80,7 +81,7 @@ import {
 import { type PropertyDisposition, PropertyExchange, type PropertyHost } from './properties.js';
 import { onCompletions } from './receive.js';
 import { ChunkRegistrar, type ChunkRegistration } from './registration.js';
-import { allocState, canSendCall, freeState, pump, releaseRegs, sendCall } from './requester.js';
+import { allocState, canSendCall, enqueue, freeState, pump, releaseRegs, sendCall } from './requester.js';
 import { endInbound, releaseInboundSinks, sendReply } from './responder.js';
 import {
   type CallState,
@@ -199,11 +200,12 @@ export class RpcRdmaConnection {
   readonly credits: CreditWindow;
   /** Credits we grant the peer for its calls. */
   readonly grant: number;
-  readonly queue = new Fifo<TransportCall>(256);
-  readonly inflight = new Map<number, number>();
+  /** Indices of the call states waiting for a credit or a send buffer, oldest first. */
+  readonly queue = new Fifo<number>(256);
+  /** XID → index of the call state, for the calls sent and not yet answered. */
+  readonly inflight = new U32Map<number>();
   readonly states: CallState[] = [];
   readonly freeStates: number[] = [];
-  readonly callIndex = new WeakMap<TransportCall, number>();
 
   readonly inbound: (InboundState | null)[] = [];
   readonly freeInbound: number[] = [];
@@ -679,11 +681,10 @@ export class RpcRdmaConnection {
       return;
     }
     const idx = allocState(this, call);
-    this.callIndex.set(call, idx);
     if (this.state !== 'ready' || this.queue.length > 0 || !canSendCall(this)) {
       // Waiting for negotiation is not a stall; waiting behind a full credit window on a ready one is.
       if (this.state === 'ready') this.counters.creditStalls++;
-      this.queue.push(call);
+      enqueue(this, this.states[idx]);
       return;
     }
     sendCall(this, this.states[idx]);
@@ -694,10 +695,14 @@ export class RpcRdmaConnection {
    * fenced until the reply arrives and it is invalidated, or the connection ends (DESIGN §3 "Memory").
    */
   abandon(call: TransportCall): void {
-    const idx = this.callIndex.get(call);
-    if (idx === undefined) return;
-    const st = this.states[idx];
-    if (st.call === call) st.abandoned = true;
+    // A search rather than a map kept per call: abandoning is rare (a client went away), calls are not.
+    const states = this.states;
+    for (let i = 0; i < states.length; i++) {
+      if (states[i].call === call) {
+        states[i].abandoned = true;
+        return;
+      }
+    }
   }
 
   // ----------------------------------------------------------------------------------------------------

@@ -70,6 +70,7 @@ export function allocState(c: RpcRdmaConnection, call: TransportCall): number {
       replyNeed: 0,
       readChunkBytes: 0,
       inFlight: false,
+      queued: false,
       pullSink: null,
       pullHeader: null,
       pullsPending: 0,
@@ -98,21 +99,27 @@ export function allocState(c: RpcRdmaConnection, call: TransportCall): number {
 }
 
 export function freeState(c: RpcRdmaConnection, st: CallState): void {
-  if (st.call) c.callIndex.delete(st.call);
   st.call = null;
+  st.queued = false;
   st.reply = null;
   st.error = null;
   c.freeStates.push(st.index);
 }
 
+/** Queues a call's state until a credit and a send buffer are free (`pump`). */
+export function enqueue(c: RpcRdmaConnection, st: CallState): void {
+  st.queued = true;
+  c.queue.push(st.index);
+}
+
 /** Sends queued calls while credits and send buffers allow. */
 export function pump(c: RpcRdmaConnection): void {
   while (c.state === 'ready' && c.queue.length > 0 && canSendCall(c)) {
-    const call = c.queue.shift() as TransportCall;
-    const idx = c.callIndex.get(call);
-    if (idx === undefined) continue;
-    const st = c.states[idx];
+    const st = c.states[c.queue.shift() as number];
+    if (!st.queued) continue; // freed while it waited
+    st.queued = false;
     if (st.abandoned && st.regs.length === 0) {
+      const call = st.call as TransportCall;
       freeState(c, st);
       c.reportAbandoned(call);
       continue;
@@ -529,7 +536,7 @@ export function onInvalidated(c: RpcRdmaConnection, st: CallState): void {
     st.resend = false;
     st.attempts++;
     c.counters.retries++;
-    c.queue.push(st.call as TransportCall);
+    enqueue(c, st);
     pump(c);
     return;
   }

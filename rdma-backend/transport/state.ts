@@ -33,6 +33,8 @@ export interface CallState {
   /** Bytes exposed in the Read chunks of the current send (the peer pulls them before it replies). */
   readChunkBytes: number;
   inFlight: boolean;
+  /** Waiting in the connection's queue (which holds state indices). */
+  queued: boolean;
   /** Responder-provided Read chunk being pulled (seed 002): the sink, the reply header, reads left. */
   pullSink: ChunkRegistration | null;
   pullHeader: V2NoMsg | null;
