@@ -118,7 +118,9 @@ export class BufferPool {
   /** Takes back a buffer from `acquire` that nothing references any more (see the module comment). */
   readonly release = (buf: Uint8Array): void => {
     const store = buf.buffer as ArrayBuffer;
-    const state = this.out.get(store);
+    // Stores are never smaller than the smallest class: a small record's memory (Node's 8 KiB pool)
+    // is told apart without the WeakMap lookup.
+    const state = store.byteLength < this.minSize ? undefined : this.out.get(store);
     if (state !== true) {
       if (state === false) this.stats.doubleReleases++;
       else this.stats.ignored++;
@@ -138,6 +140,7 @@ export class BufferPool {
 
   /** True when `buf` is a view of one of this pool's stores that is currently out. */
   owns(buf: Uint8Array): boolean {
-    return this.out.get(buf.buffer as ArrayBuffer) === true;
+    const store = buf.buffer as ArrayBuffer;
+    return store.byteLength >= this.minSize && this.out.get(store) === true;
   }
 }

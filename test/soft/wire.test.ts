@@ -304,12 +304,19 @@ async function terminateFor(
   frame: (crcOn: boolean) => Buffer,
   expected: [number, number, number],
   preRecv = 2,
+  /** Write the frame in this many pieces, apart in time (so the parser sees it split across reads). */
+  pieces = 1,
 ) {
   const s = await server({}, preRecv);
   const r = await raw(s.port);
   r.sock.write(mpaRequest({ revision: 1 }));
   await r.waitFor(22);
-  r.sock.write(frame(true));
+  const f = frame(true);
+  const step = Math.ceil(f.length / pieces);
+  for (let at = 0; at < f.length; at += step) {
+    if (at > 0) await new Promise((res) => setTimeout(res, 20));
+    r.sock.write(f.subarray(at, at + step));
+  }
   const all = await r.waitFor(22 + 28);
   const term = all.subarray(22);
   t.is(term[3] & 0x0f, 7, 'RDMAP Terminate');
@@ -332,6 +339,22 @@ test('a CRC error terminates with LLP/MPA 2/0/2', (t) =>
     f[f.length - 1] ^= 0xff;
     return f;
   }, [2, 0, 2]));
+
+test('a CRC error in an FPDU split across reads terminates with LLP/MPA 2/0/2 too', (t) =>
+  terminateFor(
+    t,
+    () => {
+      const f = fpdu(ddpUntaggedSend(Buffer.from('a payload long enough to split'), { msn: 1 }));
+      f[f.length - 1] ^= 0xff;
+      return f;
+    },
+    [2, 0, 2],
+    2,
+    3,
+  ));
+
+test('a bad MSN in an FPDU split across reads terminates with DDP untagged 1/2/3 too', (t) =>
+  terminateFor(t, () => fpdu(ddpUntaggedSend(Buffer.from('p'), { msn: 5 })), [1, 2, 3], 2, 4));
 
 test('a bad MSN terminates with DDP untagged 1/2/3', (t) =>
   terminateFor(t, () => fpdu(ddpUntaggedSend(Buffer.from('p'), { msn: 5 })), [1, 2, 3]));

@@ -40,6 +40,7 @@ import {
   DDP_TAGGED,
   DDP_VERSION,
   MPA_CRC_SIZE,
+  MPA_LENGTH_SIZE,
   mpaPad,
   Op,
   QN_READ_REQUEST,
@@ -149,6 +150,15 @@ let nextQpNum = 1;
  * Copies `n` bytes (an FPDU header or trailer: at most a few dozen) byte by byte: `Buffer.copy` from an
  * offset allocates a view per call (Node 20), which costs more than the loop at these sizes.
  */
+/** Bytes of MPA length and DDP/RDMAP header an FPDU starts with, from its DDP control and RDMAP bytes. */
+function headerLengthOf(ctrl: number, rdmap: number): number {
+  const op = rdmap & 0x0f;
+  if (ctrl & DDP_TAGGED) return TAGGED_HEADER;
+  if (op === Op.READ_REQUEST) return UNTAGGED_HEADER + READ_REQUEST_BODY;
+  if (op === Op.TERMINATE) return UNTAGGED_HEADER + TERMINATE_CONTROL;
+  return UNTAGGED_HEADER;
+}
+
 function copySmall(src: Buffer, from: number, n: number, dst: Buffer, to: number): void {
   for (let k = 0; k < n; k++) dst[to + k] = src[from + k];
 }
@@ -670,6 +680,13 @@ export class SoftQp implements QueuePair {
     let i = 0;
     const crcOn = (this.params as StreamParams).crc;
     while (i < n && !this.dead) {
+      if (this.rxState === RX_HEADER && this.hdrHave === 0 && n - i >= MPA_LENGTH_SIZE) {
+        const taken = this.wholeFpdu(chunk, i, crcOn);
+        if (taken > 0) {
+          i += taken;
+          continue;
+        }
+      }
       if (this.rxState === RX_PAYLOAD) {
         const take = Math.min(this.payloadLeft, n - i);
         if (crcOn) this.rxCrc = crc32c(chunk, i, i + take, this.rxCrc);
@@ -718,18 +735,37 @@ export class SoftQp implements QueuePair {
     }
   }
 
+  /**
+   * The common case: a whole FPDU lies in `chunk` at `i`. It is checked with one CRC over length, ULPDU
+   * and pad (before anything of it is interpreted or placed) and handled without the byte-wise state
+   * machine below. Returns its length, or 0 when it is not all there (the state machine takes it).
+   */
+  private wholeFpdu(chunk: Buffer, i: number, crcOn: boolean): number {
+    const ulpdu = (chunk[i] << 8) | chunk[i + 1];
+    const covered = MPA_LENGTH_SIZE + ulpdu + mpaPad(ulpdu);
+    if (covered + MPA_CRC_SIZE > chunk.length - i) return 0;
+    if (crcOn && crc32c(chunk, i, i + covered, 0) !== chunk.readUInt32LE(i + covered)) {
+      this.fatal(Term.MPA_CRC, true);
+      return covered + MPA_CRC_SIZE;
+    }
+    this.ulpduLen = ulpdu;
+    this.hdrNeed = Math.min(headerLengthOf(chunk[i + 2], chunk[i + 3]), ulpdu + MPA_LENGTH_SIZE);
+    copySmall(chunk, i, this.hdrNeed, this.hdr, 0);
+    this.onHeader();
+    if (this.payloadLeft > 0) {
+      this.placePayload(chunk, i + this.hdrNeed, this.payloadLeft);
+      this.payloadLeft = 0;
+    }
+    this.hdrNeed = 4;
+    this.onFpduEnd();
+    return covered + MPA_CRC_SIZE;
+  }
+
   /** Knows the ULPDU length and the DDP/RDMAP control bytes: how long is the header? */
   private sizeHeader(): void {
     this.ulpduLen = this.hdr.readUInt16BE(0);
-    const ctrl = this.hdr[2];
-    const op = this.hdr[3] & 0x0f;
-    let need: number;
-    if (ctrl & DDP_TAGGED) need = TAGGED_HEADER;
-    else if (op === Op.READ_REQUEST) need = UNTAGGED_HEADER + READ_REQUEST_BODY;
-    else if (op === Op.TERMINATE) need = UNTAGGED_HEADER + TERMINATE_CONTROL;
-    else need = UNTAGGED_HEADER;
     // A ULPDU shorter than its header: take what it has; onHeader() reports it after the CRC check.
-    this.hdrNeed = Math.min(need, this.ulpduLen + 2);
+    this.hdrNeed = Math.min(headerLengthOf(this.hdr[2], this.hdr[3]), this.ulpduLen + 2);
   }
 
   private onHeader(): void {
