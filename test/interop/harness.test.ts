@@ -11,13 +11,20 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { connect, createServer, type Server } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import test from 'ava';
+import { encodePrivateData } from '../../rdma-backend/protocol/index.js';
+import { mpaReply, mpaRequest, SendFramer } from '../helpers/iwarp-frames.js';
+import { PcapWriter } from '../helpers/pcap.js';
 import { requireExecutable, testWithPeers } from '../helpers/peers.js';
+import { encodeToBuffer } from '../protocol/hex.js';
 import {
   CaptureIncompleteError,
+  CaptureUndissectedError,
+  CaptureUnusableError,
   droppedFromLog,
   startCapture,
   tcpSequenceGaps,
   tsharkFields,
+  undissectedSendFrames,
 } from './harness/capture.js';
 import { sha256File, writeRandomFile } from './harness/checksum.js';
 import { type NfsEndpoint, universalAddress } from './harness/endpoint.js';
@@ -374,6 +381,54 @@ testWithPeers(
     const err = new CaptureIncompleteError(cut, 0, 2);
     t.is(err.code, 'CAPTURE_INCOMPLETE');
     t.regex(err.message, /2 TCP segments as not captured/);
+  },
+);
+
+/** An RPC-over-RDMA Version 1 RDMA_MSG carrying a minimal RPC message (Call or Reply) with `xid`. */
+function rdmaMsg(xid: number, reply: boolean): Buffer {
+  const rpc = Buffer.alloc(reply ? 24 : 40);
+  rpc.writeUInt32BE(xid, 0);
+  rpc.writeUInt32BE(reply ? 1 : 0, 4);
+  if (!reply) {
+    rpc.writeUInt32BE(2, 8);
+    rpc.writeUInt32BE(100003, 12);
+    rpc.writeUInt32BE(4, 16);
+  }
+  return encodeToBuffer({ version: 1, proc: 0, xid, credit: 32, chunks: {} }, rpc);
+}
+
+testWithPeers('tshark')(
+  'Sends Wireshark leaves undissected are found: two Sends in one TCP segment, not one per segment',
+  (t) => {
+    const session = InteropSession.open(t);
+    const cap = new PcapWriter();
+    const s = cap.tcpStream({ ip: '127.0.0.1', port: 41_000 }, { ip: '127.0.0.1', port: 20_049 });
+    const pd = encodePrivateData({ sendWithInvalidateOk: true, inlineSendSize: 4096, inlineRecvSize: 4096 });
+    s.send('client', mpaRequest({ privateData: pd }));
+    s.send('server', mpaReply({ privateData: pd }));
+    const client = new SendFramer();
+    const server = new SendFramer();
+    s.send('client', client.send(rdmaMsg(1, false)));
+    s.send('server', server.send(rdmaMsg(1, true)));
+    s.send('client', Buffer.concat([client.send(rdmaMsg(2, false)), client.send(rdmaMsg(3, false))]));
+    s.send('server', server.send(rdmaMsg(2, true)));
+    s.close();
+    const file = session.path('two-sends.pcap');
+    writeFileSync(file, cap.toBuffer());
+    return undissectedSendFrames(file, HEURISTICS_FIRST).then(async (frames) => {
+      const sends = await tsharkFields(
+        file,
+        'iwarp_rdma',
+        ['frame.number', 'iwarp_rdma.opcode'],
+        HEURISTICS_FIRST,
+      );
+      const shared = sends.filter(([, ops]) => ops.length === 2).map(([f]) => Number(f[0]));
+      t.is(shared.length, 1, 'one segment carries two Sends');
+      t.deepEqual(frames, shared, 'it is the one reported: Wireshark dissects only its first Send');
+      const err = new CaptureUndissectedError(file, frames);
+      t.true(err instanceof CaptureUnusableError, 'runScenario repeats such a run');
+      t.is(err.code, 'CAPTURE_UNDISSECTED');
+    });
   },
 );
 

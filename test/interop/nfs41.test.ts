@@ -16,7 +16,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ExecutionContext } from 'ava';
 import { requireExecutable, testWithPeers } from '../helpers/peers.js';
-import { tsharkFields } from './harness/capture.js';
+import { CaptureUndissectedError, tsharkFields, undissectedSendFrames } from './harness/capture.js';
 import { gatewayTarget, httpGet } from './harness/gateway-target.js';
 import { HEURISTICS_FIRST } from './harness/nfs-decode.js';
 import {
@@ -116,6 +116,13 @@ async function wiresharkSawTheRecall(ctx: ScenarioContext): Promise<void> {
   const filter = ctx.target.name === 'direct' ? 'nfs.cb.operation' : 'rpcordma && nfs.cb.operation';
   const ops = await tsharkFields(capture.path, filter, ['rpc.msgtyp', 'nfs.cb.operation'], HEURISTICS_FIRST);
   t.log(`callback messages in the capture (msgtyp, ops): ${JSON.stringify(ops)}`);
+  const seen = (type: string, need: string[]) =>
+    ops.some(([ty, op]) => ty.includes(type) && need.every((n) => op.includes(n)));
+  if (!(seen('0', ['11', '4']) && seen('1', ['4']))) {
+    // Missing, or in a segment Wireshark cannot dissect fully: only the first tells about the gateway.
+    const undissected = await undissectedSendFrames(capture.path, HEURISTICS_FIRST);
+    if (undissected.length > 0) throw new CaptureUndissectedError(capture.path, undissected);
+  }
   t.true(
     ops.some(([type, op]) => type.includes('0') && op.includes('11') && op.includes('4')),
     'a CB_COMPOUND call with CB_SEQUENCE (11) and CB_RECALL (4) is on the wire',

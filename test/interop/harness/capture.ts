@@ -21,9 +21,17 @@ import type { InteropSession } from './session.js';
 const PCAP_HEADER = 24;
 const PROBE_TIMEOUT_MS = 10_000;
 
+/**
+ * The capture cannot judge this run: a fact about the capture or the dissector, not the peers.
+ * `runScenario` answers it by repeating the traffic with a fresh capture.
+ */
+export class CaptureUnusableError extends Error {
+  readonly code: string = 'CAPTURE_UNUSABLE';
+}
+
 /** The capture file misses packets that were on the wire: a fact about the capture, not the peers. */
-export class CaptureIncompleteError extends Error {
-  readonly code = 'CAPTURE_INCOMPLETE';
+export class CaptureIncompleteError extends CaptureUnusableError {
+  override readonly code = 'CAPTURE_INCOMPLETE';
   constructor(
     readonly path: string,
     readonly droppedByKernel: number | undefined,
@@ -139,6 +147,48 @@ export async function startCapture(session: InteropSession, name: string, tcpPor
   });
   await capture.probeUntilGrown(PCAP_HEADER);
   return capture;
+}
+
+/**
+ * Wireshark (4.0, Debian 12) reassembles iWARP Send messages keyed by frame, so when one TCP segment holds
+ * two Sends only the first reaches the RPC-over-RDMA dissector; the second shows as bare DDP/RDMAP. Which
+ * Sends share a segment is up to timing (two messages posted in one turn leave in one write), so a
+ * decode check that misses a message in such a frame cannot tell absence from this.
+ */
+export class CaptureUndissectedError extends CaptureUnusableError {
+  override readonly code = 'CAPTURE_UNDISSECTED';
+  constructor(
+    readonly path: string,
+    readonly frames: readonly number[],
+  ) {
+    super(
+      `capture ${path}: Wireshark left RPC-over-RDMA Sends undissected in frame(s) ${frames.join(', ')} ` +
+        '(several Sends in one TCP segment)',
+    );
+    this.name = 'CaptureUndissectedError';
+  }
+}
+
+/** iWARP RDMAP opcodes of the Send family (RFC 5040 §4.3): Send, Send with Invalidate, with SE, both. */
+const SEND_OPCODES = new Set([3, 4, 5, 6]);
+
+/** Frames in which Wireshark dissected fewer RPC-over-RDMA headers than the frame carries Sends. */
+export async function undissectedSendFrames(
+  path: string,
+  extraArgs: readonly string[] = [],
+): Promise<number[]> {
+  const rows = await tsharkFields(
+    path,
+    'iwarp_rdma',
+    ['frame.number', 'iwarp_rdma.opcode', 'rpcordma.xid'],
+    extraArgs,
+  );
+  const frames: number[] = [];
+  for (const [frame, opcodes, xids] of rows) {
+    const sends = opcodes.filter((o) => SEND_OPCODES.has(Number(o))).length;
+    if (sends > xids.length) frames.push(Number(frame[0]));
+  }
+  return frames;
 }
 
 /** Packets Wireshark flags as following a gap in, or acknowledging bytes absent from, a TCP stream. */

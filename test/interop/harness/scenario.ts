@@ -5,7 +5,7 @@
  * backend ganesha and say which TCP ports are worth capturing.
  */
 import type { ExecutionContext } from 'ava';
-import { type Capture, CaptureIncompleteError, startCapture } from './capture.js';
+import { type Capture, CaptureUnusableError, startCapture } from './capture.js';
 import type { NfsEndpoint } from './endpoint.js';
 import { type GaneshaFsal, type GaneshaInstance, type NfsVersion, startGanesha } from './ganesha.js';
 import { startGlusterVolume } from './gluster.js';
@@ -98,20 +98,21 @@ export interface Scenario {
 const CAPTURE_ATTEMPTS = 3;
 
 /**
- * Runs the scenario; one that captures runs inside `t.try`, so that when its capture turns out incomplete
- * (`CaptureIncompleteError`: the capture lost packets, the peers did nothing wrong) the attempt — its
+ * Runs the scenario; one that captures runs inside `t.try`, so that when its capture turns out unusable
+ * (`CaptureUnusableError`: it lost packets, or Wireshark could not dissect what it holds; the peers did
+ * nothing wrong) the attempt — its
  * processes, ports and lock released by its own teardowns — is discarded and the traffic repeated from
  * scratch with a fresh capture. Any other failure, or the last incomplete capture, is committed as is.
  */
 export async function runScenario(t: ExecutionContext, scenario: Scenario, target: Target): Promise<void> {
   if (!scenario.capture) return runScenarioOnce(t, scenario, target);
   for (let attempt = 1; ; attempt++) {
-    let incomplete: CaptureIncompleteError | undefined;
+    let incomplete: CaptureUnusableError | undefined;
     const result = await t.try(async (tt) => {
       try {
         await runScenarioOnce(tt, scenario, target);
       } catch (err) {
-        if (err instanceof CaptureIncompleteError) incomplete = err;
+        if (err instanceof CaptureUnusableError) incomplete = err;
         throw err;
       }
     });
