@@ -275,12 +275,13 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       return;
     }
     const r = this.records.take();
-    r.arrivedAt = performance.now();
+    const now = performance.now();
+    r.arrivedAt = now;
     r.client = client;
     r.message = record;
     r.clientXid = record.readUInt32BE(0);
     this.plan(r, record);
-    r.queuedAt = Date.now();
+    r.queuedAt = now;
     client.calls++;
     this.stats.calls++;
     client.push(r);
@@ -518,7 +519,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     if (error.retransmit) {
       // RFC 8166 §3.3.1 / PROTOCOL-NOTES §2: never again on the lost connection; another or a new one.
       this.stats.retransmits++;
-      r.queuedAt = Date.now();
+      r.queuedAt = performance.now();
       client.pushFront(r);
       this.stats.queued++;
       this.activate(client);
@@ -628,7 +629,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
 
   /** Closes the clients whose oldest waiting call has waited longer than the hold time. */
   private expireHeld(): void {
-    const limit = Date.now() - this.holdTimeMs;
+    const limit = performance.now() - this.holdTimeMs;
     let expired: ClientState[] | null = null;
     for (const c of this.clients) {
       if (c.head === null || c.head.queuedAt >= limit) continue;

@@ -45,7 +45,7 @@ export class CallRecord implements TransportCall {
   link: ConnectionLink | null = null;
   /** When the router received the record (`performance.now()` ms): the latency histogram counts from here. */
   arrivedAt = 0;
-  /** When it (re)entered its client's queue (ms, `Date.now()`): the hold time counts from here. */
+  /** When it (re)entered its client's queue (ms, `performance.now()`): the hold time counts from here. */
   queuedAt = 0;
   /** Times it was submitted to a connection (> 1 after a connection loss). */
   attempts = 0;

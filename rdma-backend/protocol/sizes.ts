@@ -36,7 +36,8 @@ export function chunkListsSize(chunks: ChunkListsInput): number {
   let n = 12; // the three "no more entries" / "absent" words
   if (chunks.reads) n += chunks.reads.length * READ_LIST_ENTRY_SIZE;
   if (chunks.writes) {
-    for (const c of chunks.writes) n += WRITE_CHUNK_OVERHEAD + c.length * SEGMENT_SIZE;
+    const writes = chunks.writes;
+    for (let i = 0; i < writes.length; i++) n += WRITE_CHUNK_OVERHEAD + writes[i].length * SEGMENT_SIZE;
   }
   if (chunks.reply) n += 4 + chunks.reply.length * SEGMENT_SIZE;
   return n;

@@ -40,6 +40,8 @@ import {
   encodePrivateData,
   HeaderDecoder,
   type PropInput,
+  type RdmaSegmentInput,
+  type ReadSegmentInput,
   RPCRDMA_V1_DEFAULT_INLINE,
   type RpcRdmaErrorBody,
 } from '../protocol/index.js';
@@ -244,6 +246,12 @@ export class RpcRdmaConnection {
   readonly unsignaledAt: number[] = [];
   /** Scratch arrays of the reply path (filled and consumed synchronously, never kept). */
   readonly scratchCaps: number[] = [];
+  /** Chunk lists of the reply being encoded (responder path); emptied after each encode. */
+  readonly replyChunks: {
+    reads: ReadSegmentInput[] | undefined;
+    writes: RdmaSegmentInput[][] | undefined;
+    reply: RdmaSegmentInput[] | null | undefined;
+  } = { reads: undefined, writes: undefined, reply: undefined };
   /** Chunk lists of the call being encoded (requester path). */
   readonly chunkScratch = new ChunkScratch();
   /** Inbound call records by index, reused (see `inbound` for which are in progress). */
@@ -844,7 +852,7 @@ export class RpcRdmaConnection {
     }
     const regs = this.sendRegs[slot];
     if (regs) {
-      for (const r of regs) this.registrar.release(r);
+      for (let i = 0; i < regs.length; i++) this.registrar.release(regs[i]);
       this.sendRegs[slot] = null;
     }
     const stage = this.sendStage[slot];

@@ -136,7 +136,7 @@ export function sendCall(c: RpcRdmaConnection, st: CallState): void {
     // RFC 8167 §4: backward-direction messages are inline only, so DDP items simply stay inline.
     const writeLens = backward || st.noWriteChunks ? NO_RESULTS : call.ddpResults;
     let ddpResultBytes = 0;
-    for (const n of writeLens) ddpResultBytes += n;
+    for (let i = 0; i < writeLens.length; i++) ddpResultBytes += writeLens[i];
     let replyChunkLen = 0;
     if (!backward) {
       if (st.replyNeed > 0) replyChunkLen = st.replyNeed;
@@ -545,7 +545,8 @@ export function onInvalidated(c: RpcRdmaConnection, st: CallState): void {
 }
 
 export function releaseRegs(c: RpcRdmaConnection, st: CallState, revoke: boolean): void {
-  for (const r of st.regs) c.registrar.release(r, revoke);
+  const regs = st.regs;
+  for (let i = 0; i < regs.length; i++) c.registrar.release(regs[i], revoke);
   truncate(st.regs);
   truncate(st.writeRegs);
   st.replyReg = null;

@@ -6,7 +6,6 @@
 
 import { truncate } from '../../common/arrays.js';
 import {
-  type ChunkListsInput,
   ERR_CHUNK,
   encodeV1ChunkHeader,
   encodeV2ChunkHeader,
@@ -270,7 +269,8 @@ export function onDone(c: RpcRdmaConnection, xid: number, wc: WorkCompletion): v
 }
 
 export function releaseInboundSinks(c: RpcRdmaConnection, ib: InboundState): void {
-  for (const s of ib.sinks) c.registrar.release(s, true);
+  const sinks = ib.sinks;
+  for (let i = 0; i < sinks.length; i++) c.registrar.release(sinks[i], true);
   truncate(ib.sinks);
 }
 
@@ -449,7 +449,11 @@ export function sendReply(
   }
   const buf = c.sendSlab.view(slot);
   c.w.reset(buf, 0, buf.length);
-  const chunks: ChunkListsInput = { reads: readsOut, writes: writesOut, reply: replyOut };
+  // The connection's scratch lists (encoding is synchronous): no object per reply.
+  const chunks = c.replyChunks;
+  chunks.reads = readsOut;
+  chunks.writes = writesOut;
+  chunks.reply = replyOut;
   const nomsg = plan.mode === 'reply-chunk';
   if (version === 2) {
     encodeV2ChunkHeader(
@@ -464,6 +468,9 @@ export function sendReply(
   } else {
     encodeV1ChunkHeader(c.w, nomsg ? RDMA_NOMSG : RDMA_MSG, ib.xid, c.grant, chunks);
   }
+  chunks.reads = undefined;
+  chunks.writes = undefined;
+  chunks.reply = undefined;
   let len = c.w.length;
   if (!nomsg) len += copyReduced(message, moved, buf, len);
   c.sendRegs[slot] = regs;

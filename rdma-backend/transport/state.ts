@@ -87,7 +87,7 @@ export const EMPTY_SGL: readonly Sge[] = [];
 
 export function sumLengths(segs: readonly { length: number }[]): number {
   let n = 0;
-  for (const s of segs) n += s.length;
+  for (let i = 0; i < segs.length; i++) n += segs[i].length;
   return n;
 }
 
