@@ -85,6 +85,7 @@ import { onCompletions } from './receive.js';
 import { ChunkRegistrar, type ChunkRegistration } from './registration.js';
 import { allocState, canSendCall, enqueue, freeState, pump, releaseRegs, sendCall } from './requester.js';
 import { endInbound, releaseInboundSinks, sendReply } from './responder.js';
+import { SendSignaling } from './send-signaling.js';
 import {
   type CallState,
   ChunkScratch,
@@ -230,20 +231,8 @@ export class RpcRdmaConnection {
   readonly sendMessages: (Buffer | null)[] = [];
   /** Per send slot: the second send buffer holding the staged RDMA Write source of a reply, or -1. */
   readonly sendStage: number[] = [];
-  /**
-   * Send slots posted unsignaled, in post order, released when a later signaled Send completes (see
-   * `postSendSlot`): a ring as long as there are send slots, with absolute positions: numbers
-   * `[unsignaledReleased, unsignaledPosted)` are waiting; `sendFence[slot]` is, for a signaled slot,
-   * `unsignaledPosted` when it was posted.
-   */
-  readonly unsignaled: number[] = [];
-  unsignaledPosted = 0;
-  unsignaledReleased = 0;
-  /** Unsignaled Sends posted since the last signaled one. */
-  sinceSignal = 0;
-  readonly sendFence: number[] = [];
-  /** Per send slot: its position in `unsignaled` while posted unsignaled and not released, else -1. */
-  readonly unsignaledAt: number[] = [];
+  /** Which Sends go unsignaled, and which send slots a completion releases (`send-signaling.ts`). */
+  signaling!: SendSignaling;
   /** Scratch arrays of the reply path (filled and consumed synchronously, never kept). */
   readonly scratchCaps: number[] = [];
   /** Chunk lists of the reply being encoded (responder path); emptied after each encode. */
@@ -536,10 +525,10 @@ export class RpcRdmaConnection {
       this.sendRegs.push(null);
       this.sendStage.push(-1);
       this.sendMessages.push(null);
-      this.sendFence.push(0);
-      this.unsignaledAt.push(-1);
-      this.unsignaled.push(-1);
     }
+    this.signaling = new SendSignaling(sendSlots, SEND_SIGNAL_INTERVAL, (slot, completed) =>
+      this.releaseSendSlot(slot, completed),
+    );
     this.registrar = new ChunkRegistrar(this.pd, this.opts.maxChunkSize);
     this.cq.setNotifyHandler(() => onCompletions(this));
     this.cq.requestNotify();
@@ -756,30 +745,14 @@ export class RpcRdmaConnection {
   // ----------------------------------------------------------------------------------------------------
   // Errors and sends
 
-  /**
-   * Posts the Send of a send slot. Most Sends are posted unsignaled, as xprtrdma does: a completion per
-   * Send costs a CQ entry, a poll and a dispatch, and send-queue completions come in order, so the
-   * completion of a later signaled Send says that the earlier ones are done too (their slots are released
-   * then, `onSendCompleted`). A Send is signaled when it holds more than its slot (registrations, a
-   * staging buffer or the caller's reply buffer: those go back at its own completion), every
-   * `SEND_SIGNAL_INTERVAL`th Send, and whenever send slots run short, so nothing waits long for a slot.
-   */
+  /** Posts the Send of a send slot, signaled or not (`SendSignaling`). */
   postSendSlot(slot: number, length: number, opcode: number, invalidateRkey: number): void {
-    const signaled =
-      this.sinceSignal >= SEND_SIGNAL_INTERVAL - 1 ||
-      this.sendSlab.available < SEND_SIGNAL_INTERVAL ||
-      this.sendRegs[slot] !== null ||
-      this.sendStage[slot] >= 0 ||
-      this.sendMessages[slot] !== null;
-    if (signaled) {
-      this.sinceSignal = 0;
-      this.sendFence[slot] = this.unsignaledPosted;
-    } else {
-      this.sinceSignal++;
-      this.counters.sendsUnsignaled++;
-      this.unsignaledAt[slot] = this.unsignaledPosted;
-      this.unsignaled[this.unsignaledPosted++ % this.unsignaled.length] = slot;
-    }
+    // A Send holding more than its buffer (registrations, a staging buffer, the caller's reply) is
+    // signaled: those go back at its own completion.
+    const holdsMore =
+      this.sendRegs[slot] !== null || this.sendStage[slot] >= 0 || this.sendMessages[slot] !== null;
+    const signaled = this.signaling.post(slot, holdsMore, this.sendSlab.available);
+    if (!signaled) this.counters.sendsUnsignaled++;
     this.sge[0].mr = this.sendSlab.mr;
     this.sge[0].offset = this.sendSlab.offset(slot);
     this.sge[0].length = length;
@@ -814,33 +787,6 @@ export class RpcRdmaConnection {
     } catch (e) {
       this.handlerThrew('onReplyReleased', e, {});
     }
-  }
-
-  /**
-   * A Send completed (`ok`: successfully). A signaled one also completes the unsignaled Sends posted
-   * before it (in-order completion of a send queue); a failed one (a flush reports unsignaled Sends
-   * too) releases only itself.
-   */
-  onSendCompleted(slot: number, ok: boolean): void {
-    if (this.unsignaledAt[slot] >= 0) {
-      // Only a flush reports an unsignaled Send: it is released here, and skipped by a later fence.
-      this.unsignaledAt[slot] = -1;
-      this.releaseSendSlot(slot, false);
-      return;
-    }
-    if (ok) {
-      const fence = this.sendFence[slot];
-      const ring = this.unsignaled;
-      while (this.unsignaledReleased < fence) {
-        const at = this.unsignaledReleased++;
-        const earlier = ring[at % ring.length];
-        if (this.unsignaledAt[earlier] === at) {
-          this.unsignaledAt[earlier] = -1;
-          this.releaseSendSlot(earlier);
-        }
-      }
-    }
-    this.releaseSendSlot(slot, ok);
   }
 
   /** `completed`: the Send (and the RDMA Writes before it) succeeded, so the reply's buffer is free. */

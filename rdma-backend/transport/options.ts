@@ -5,7 +5,7 @@ export const CONTROL_RESERVE = 4;
 /** Send buffers kept back for control messages (error answers, CONNPROP) so calls cannot starve them. */
 export const CONTROL_SEND_SLOTS = 4;
 /**
- * At most this many Sends in a row go unsignaled (`RpcRdmaConnection.postSendSlot`); xprtrdma signals
+ * At most this many Sends in a row go unsignaled (`SendSignaling`); xprtrdma signals
  * one Send in `max_requests / 8`, 16 for its default 128 credits.
  */
 export const SEND_SIGNAL_INTERVAL = 16;

@@ -58,7 +58,7 @@ export function onCompletion(c: RpcRdmaConnection, wc: WorkCompletion): void {
     // Fatal for the connection (hardware semantics): DISCONNECTED follows and fails every call.
     if (wc.status !== WcStatus.WR_FLUSH_ERR) c.closeReason ||= `completion ${wcStatusName(wc.status)}`;
     // Not handed back to the caller: a failed QP's socket may still hold views of the reply (left to GC).
-    if (kind === KIND_SEND) c.onSendCompleted(slot, false);
+    if (kind === KIND_SEND) c.signaling.completed(slot, false);
     return;
   }
   switch (kind) {
@@ -66,7 +66,7 @@ export function onCompletion(c: RpcRdmaConnection, wc: WorkCompletion): void {
       onReceive(c, slot, wc);
       return;
     case KIND_SEND:
-      c.onSendCompleted(slot, true);
+      c.signaling.completed(slot, true);
       flushPendingReplies(c);
       pump(c);
       return;

@@ -4,6 +4,7 @@
  * connection has send buffers, so a buffer that never came back would stall them.
  */
 import test from 'ava';
+import { SendSignaling } from '../../rdma-backend/transport/send-signaling.js';
 import { loopback, pattern, replyData, TestCall } from './loopback.js';
 
 const WAVE = 64;
@@ -44,4 +45,64 @@ test('replies whose Sends hold more than a send buffer are signaled, so they are
   const outs = await lb.collector.wait(41);
   for (const o of outs) t.falsy(o.error, o.error?.message);
   t.is(lb.server.counters.sendsUnsignaled - before, 0, 'no reply with a Write chunk went unsignaled');
+});
+
+// The bookkeeping alone, including the paths a loopback cannot force: flushes and failed Sends.
+function signaling(interval = 4) {
+  const released: [number, boolean][] = [];
+  const s = new SendSignaling(8, interval, (slot, completed) => released.push([slot, completed]));
+  return { s, released };
+}
+
+test('one Send in `interval` is signaled; its completion releases the unsignaled ones before it, in order', (t) => {
+  const { s, released } = signaling(4);
+  t.deepEqual(
+    [0, 1, 2, 3].map((slot) => s.post(slot, false, 100)),
+    [false, false, false, true],
+  );
+  s.completed(3, true);
+  t.deepEqual(released, [
+    [0, true],
+    [1, true],
+    [2, true],
+    [3, true],
+  ]);
+});
+
+test('a Send that holds resources, or few free slots, forces a signal', (t) => {
+  const { s } = signaling(4);
+  t.false(s.post(0, false, 100));
+  t.true(s.post(1, true, 100), 'holds more than its buffer');
+  t.true(s.post(2, false, 3), 'fewer free slots than the interval');
+});
+
+test('a flush releases unsignaled Sends one by one, and a later fence does not release them again', (t) => {
+  const { s, released } = signaling(4);
+  s.post(0, false, 100);
+  s.post(1, false, 100);
+  s.completed(0, false); // flushed
+  t.deepEqual(released, [[0, false]]);
+  // Slot 0 is reused and posted unsignaled again; a fence posted after it covers both positions.
+  s.post(0, false, 100);
+  s.post(5, true, 100);
+  s.completed(5, true);
+  t.deepEqual(released, [
+    [0, false],
+    [1, true],
+    [0, true],
+    [5, true],
+  ]);
+});
+
+test('a failed signaled Send releases only itself: earlier unsignaled ones wait for their own report', (t) => {
+  const { s, released } = signaling(4);
+  s.post(0, false, 100);
+  s.post(1, true, 100);
+  s.completed(1, false);
+  t.deepEqual(released, [[1, false]]);
+  s.completed(0, false);
+  t.deepEqual(released, [
+    [1, false],
+    [0, false],
+  ]);
 });
