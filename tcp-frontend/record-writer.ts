@@ -76,6 +76,12 @@ export class RecordWriter {
    * the socket is not draining. Pooled parts are handed over (see the module comment).
    */
   write(parts: readonly Buffer[], total: number): boolean {
+    if (!this.socket.writable) {
+      // Ended or destroyed: a write would only raise 'write after end'. Nothing is written; pooled
+      // parts go back at once.
+      this.drop(parts);
+      return false;
+    }
     if (!this.flushScheduled) {
       this.flushScheduled = true;
       process.nextTick(flushOnNextTick, this);
@@ -170,8 +176,8 @@ export class RecordWriter {
     const used = this.stagePos;
     this.stage = null;
     this.stagePos = 0;
-    if (used === 0 || this.socket.destroyed) {
-      // Nothing gathered, or nobody left to write it to (the socket closed within the tick).
+    if (used === 0 || !this.socket.writable) {
+      // Nothing gathered, or nobody left to write it to (the socket ended or closed within the tick).
       stages.release(stage);
       return;
     }

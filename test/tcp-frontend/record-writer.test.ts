@@ -145,3 +145,21 @@ test('a socket destroyed within the tick: the gathered records are dropped witho
   t.is(w.staged, 0);
   p.server.close();
 });
+
+test('after our side has ended, records are dropped without a write-after-end error; pooled parts go back', async (t) => {
+  const p = await pair();
+  const pool = new BufferPool({ minSize: 2 });
+  const w = new RecordWriter(p.local, { pool });
+  const errors: Error[] = [];
+  p.local.on('error', (e) => errors.push(e));
+  const gathered = pool.acquire(40);
+  t.true(w.writeOne(gathered), 'gathered in this tick');
+  p.local.end(); // the owner ends the socket before the tick is over (it should flush first)
+  const late = pool.acquire(100_000);
+  t.false(w.writeOne(late), 'refused: the socket no longer writes');
+  await new Promise((r) => setTimeout(r, 20));
+  t.deepEqual(errors, []);
+  t.is(pool.stats.returned, 2, 'both pooled parts went back');
+  t.is(pool.stats.doubleReleases, 0);
+  p.server.close();
+});
