@@ -76,8 +76,6 @@ export class FrontendConnection {
   recordsOut = 0;
   bytesIn = 0;
   bytesOut = 0;
-  /** The socket is not draining: the last write returned false and `drain` has not come yet. */
-  writeBlocked = false;
   /** Reading is paused (in-flight limit, hold, or write backpressure). */
   readPaused = false;
   /** The client half-closed (FIN): no more calls, replies still go out. */
@@ -189,10 +187,13 @@ export class FrontendConnection {
     return ok;
   }
 
-  /** The writer's first socket write that returned false: stop reading until `drain`. */
+  /** The socket is not draining: a write returned false and `drain` has not come yet (the writer's state). */
+  get writeBlocked(): boolean {
+    return this.writer.blocked;
+  }
+
+  /** The writer's first socket write that returned false (once per episode): stop reading until `drain`. */
   private onWriteBlocked(): void {
-    if (this.writeBlocked) return;
-    this.writeBlocked = true;
     this.stats.writeBlocks++;
     this.stats.connectionsWriteBlocked++;
     this.updateReading();
@@ -412,9 +413,8 @@ export class FrontendConnection {
   }
 
   private onDrain(): void {
+    if (!this.writer.blocked) return;
     this.writer.unblocked();
-    if (!this.writeBlocked) return;
-    this.writeBlocked = false;
     this.stats.connectionsWriteBlocked--;
     if (this.closed) return;
     if (this.backlogLength > 0) this.pump();
@@ -462,8 +462,8 @@ export class FrontendConnection {
     this.closed = true;
     this.closing = true;
     this.flush();
-    if (this.writeBlocked) {
-      this.writeBlocked = false;
+    if (this.writer.blocked) {
+      this.writer.unblocked();
       this.stats.connectionsWriteBlocked--;
     }
     this.stats.callsInFlight -= this.inFlight;
