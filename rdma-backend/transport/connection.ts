@@ -182,6 +182,7 @@ export class RpcRdmaConnection {
     rdmaWriteBytes: 0,
     peerReadBytes: 0,
     peerWriteBytes: 0,
+    placedBytes: 0,
     writeChunkCalls: 0,
     replyChunkCalls: 0,
     creditStalls: 0,

@@ -238,6 +238,22 @@ export function copyOf(bytes: Buffer, allocate: (size: number) => Buffer): Buffe
 }
 
 /**
+ * Checks where chunk `index`'s data goes back into the inline bytes: a 4-byte aligned offset, not before
+ * the previous chunk's (`prev`), within the inline bytes. A violation means a malformed peer message: a
+ * TransportError (the responder answers it with BAD_XDR / ERR_CHUNK).
+ */
+export function checkInsertPosition(index: number, at: number, prev: number, inlineLength: number): void {
+  if (!Number.isInteger(at) || at < prev || at > inlineLength || at % 4 !== 0) {
+    throw new TransportError(
+      'ERR_TRANSPORT_CHUNK_POSITION',
+      `chunk ${index} position ${at} is not in the message`,
+      false,
+      { index, at, inlineLength },
+    );
+  }
+}
+
+/**
  * Builds the complete RPC message from the inline bytes and the chunk data the peer moved out of it,
  * re-creating each item's XDR pad as zeros (the chunk never carries it). `inserts` must be in order of
  * `at`, each within the inline bytes: a violation means a malformed peer message and is reported as a
@@ -252,18 +268,7 @@ export function reassemble(
   let prev = 0;
   for (let i = 0; i < inserts.length; i++) {
     const at = inserts[i].at;
-    if (!Number.isInteger(at) || at < prev || at > inline.length || at % 4 !== 0) {
-      throw new TransportError(
-        'ERR_TRANSPORT_CHUNK_POSITION',
-        `chunk ${i} position ${at} is not in the message`,
-        false,
-        {
-          index: i,
-          at,
-          inlineLength: inline.length,
-        },
-      );
-    }
+    checkInsertPosition(i, at, prev, inline.length);
     prev = at;
     total += itemSpan(inserts[i].data.length);
   }

@@ -9,6 +9,13 @@ export const CONTROL_SEND_SLOTS = 4;
  * one Send in `max_requests / 8`, 16 for its default 128 credits.
  */
 export const SEND_SIGNAL_INTERVAL = 16;
+/**
+ * Chunks at least this large are placed straight into the buffer that carries the message on (when the
+ * device registers caller memory, `ChunkRegistrar.registerPlacement`); smaller ones go through a pooled
+ * region and are copied, which is cheaper than a registration for a few KiB and matches the frontend's
+ * gathering of records up to 16 KiB into one write.
+ */
+export const PLACEMENT_MIN_BYTES = 16 * 1024;
 /** How often a call is resent with more resources after RDMA2_ERR_*_RESOURCE / READ_CHUNKS. */
 export const MAX_RESOURCE_RETRIES = 2;
 

@@ -13,6 +13,9 @@
  *   native device registers only memory it allocated (pinning a `Buffer.allocUnsafe` pool slab would
  *   expose unrelated data to DMA), so there the bytes are copied into a pooled region of the same access,
  *   keyed for exactly their length, as Linux's xprtrdma does not need to but every userspace ULP must.
+ * - Large Write chunk targets and Read sinks can be windows of the caller's message buffer, registered
+ *   for the call and deregistered after invalidation (`registerPlacement`, `placement.ts`), on the same
+ *   condition; otherwise they come from the pools.
  * - Nothing goes back to a pool (or is deregistered) before it was invalidated: the peer's Send With
  *   Invalidate, or our Local Invalidate, whose completion the connection waits for. On connection loss
  *   the QP is in error, so nothing can reach the regions; they are rekeyed (revoking every rkey a peer
@@ -50,12 +53,19 @@ export class ChunkRegistrar {
   rekeys = 0;
   /** Bytes copied into registered memory because the device could not register the caller's own. */
   bounceBytes = 0;
+  /**
+   * Whether the device registers memory it did not allocate (the soft provider does; a native device
+   * does not). Only then can chunk data be placed straight into the caller's message buffers.
+   */
+  readonly registersCallerMemory: boolean;
 
   constructor(
     private readonly pd: ProtectionDomain,
     /** Largest chunk the pools serve (bytes). */
     readonly maxChunk: number,
-  ) {}
+  ) {
+    this.registersCallerMemory = pd.device.canRegister(Buffer.allocUnsafeSlow(1));
+  }
 
   private classOf(length: number): number {
     let c = 0;
@@ -115,6 +125,26 @@ export class ChunkRegistrar {
       mr: this.pd.registerMemory(bytes, Access.REMOTE_READ),
       sizeClass: -1,
       kind: PoolKind.Source,
+      remotelyInvalidated: false,
+    };
+  }
+
+  /**
+   * Registers caller memory for one call as the place where chunk data lands: the peer's RDMA Writes (a
+   * Write chunk target) or our own RDMA Reads (a Read sink, which needs REMOTE_WRITE as well: iWARP places
+   * a Read Response as a tagged write, RFC 5040 §4.5). The bytes are a window inside the buffer that
+   * carries the message on, so the data needs no copy out of a pooled region, as xprtrdma registers the
+   * pages of the RPC's own xdr_buf. The key reaches exactly `bytes` (at least 1 byte long). Null when the
+   * device cannot register this memory: the caller then takes a pooled region and copies.
+   */
+  registerPlacement(bytes: Buffer): ChunkRegistration | null {
+    if (bytes.length === 0 || !this.pd.device.canRegister(bytes)) return null;
+    this.registrations++;
+    this.inUse++;
+    return {
+      mr: this.pd.registerMemory(bytes, POOL_ACCESS[PoolKind.Target]),
+      sizeClass: -1,
+      kind: PoolKind.Target,
       remotelyInvalidated: false,
     };
   }

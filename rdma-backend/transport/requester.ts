@@ -40,7 +40,16 @@ import {
   planCall,
   reassemble,
 } from './marshal.js';
-import { CONTROL_SEND_SLOTS, KIND_INV, KIND_SHIFT, MAX_RESOURCE_RETRIES, peerVersions } from './options.js';
+import {
+  CONTROL_SEND_SLOTS,
+  KIND_INV,
+  KIND_SHIFT,
+  MAX_RESOURCE_RETRIES,
+  PLACEMENT_MIN_BYTES,
+  peerVersions,
+} from './options.js';
+import { ReplyPlacement } from './placement.js';
+import type { ChunkRegistration } from './registration.js';
 import { pumpReads } from './responder.js';
 import { type CallState, EMPTY, EMPTY_SGL, sumLengths } from './state.js';
 import type { TransportCall } from './types.js';
@@ -59,6 +68,7 @@ export function allocState(c: RpcRdmaConnection, call: TransportCall): number {
       regs: [],
       writeRegs: [],
       replyReg: null,
+      placement: new ReplyPlacement(),
       reply: null,
       error: null,
       resend: false,
@@ -101,6 +111,7 @@ export function allocState(c: RpcRdmaConnection, call: TransportCall): number {
 export function freeState(c: RpcRdmaConnection, st: CallState): void {
   st.call = null;
   st.queued = false;
+  st.placement.reset();
   st.reply = null;
   st.error = null;
   c.freeStates.push(st.index);
@@ -185,7 +196,13 @@ export function sendCall(c: RpcRdmaConnection, st: CallState): void {
     if (writeLens.length > 0) c.counters.writeChunkCalls++;
     for (let i = 0; i < writeLens.length; i++) {
       const need = st.writeNeed?.[i] ?? writeLens[i];
-      const reg = c.registrar.acquireTarget(need);
+      let reg: ChunkRegistration | null = null;
+      if (writeLens.length === 1 && need >= PLACEMENT_MIN_BYTES && c.registrar.registersCallerMemory) {
+        // The reduced reply arrives inline (at most our receive size): that much room on either side.
+        reg = c.registrar.registerPlacement(st.placement.window(need, c.recvSize, c.allocateReply));
+        if (reg === null) st.placement.reset();
+      }
+      if (reg === null) reg = c.registrar.acquireTarget(need);
       st.regs.push(reg);
       st.writeRegs.push(reg);
       sc.write(reg.mr.rkey, need, reg.mr.iova);
@@ -292,13 +309,18 @@ export function onReply(
   invalidateThenComplete(c, st);
 }
 
+/**
+ * The complete reply: Write chunk data re-inserted, or Reply chunk / inline bytes copied out. Null when
+ * the reply was placed around its Write chunk data in the call's frame instead (`ReplyPlacement`); it is
+ * completed once every region is invalidated (`onInvalidated`).
+ */
 export function reassembleReply(
   c: RpcRdmaConnection,
   st: CallState,
   h: RpcRdmaHeader,
   buf: Buffer,
   end: number,
-): Buffer {
+): Buffer | null {
   const chunks = (h as { chunks: { writes: RdmaSegment[][]; reply: RdmaSegment[] | null } }).chunks;
   const nomsg = h.version === 1 ? h.proc === RDMA_NOMSG : h.htype === RDMA2_NOMSG;
   let inline: Buffer;
@@ -380,6 +402,10 @@ export function reassembleReply(
         false,
         { xid: h.xid, chunk: i, length: n },
       );
+    }
+    if (st.placement.frame !== null && st.placement.place(inline, at, n)) {
+      c.counters.placedBytes += n;
+      return null;
     }
     inserts.push({ at, data: reg.mr.buffer.subarray(0, n) });
   }
@@ -540,6 +566,8 @@ export function onInvalidated(c: RpcRdmaConnection, st: CallState): void {
     pump(c);
     return;
   }
+  // Only now, with every region fenced, do the reply's last bytes go into place (`ReplyPlacement`).
+  if (st.placement.placed) st.reply = st.placement.finish();
   finishCall(c, st, st.reply, st.error);
   pump(c);
 }

@@ -39,7 +39,15 @@ import {
   reassemble,
   scatter,
 } from './marshal.js';
-import { CONTROL_SEND_SLOTS, KIND_PULL, KIND_READ, KIND_SHIFT, KIND_WRITE } from './options.js';
+import {
+  CONTROL_SEND_SLOTS,
+  KIND_PULL,
+  KIND_READ,
+  KIND_SHIFT,
+  KIND_WRITE,
+  PLACEMENT_MIN_BYTES,
+} from './options.js';
+import { layOutCall } from './placement.js';
 import type { ChunkRegistration } from './registration.js';
 import { EMPTY, InboundCallImpl, type InboundState, type ReadJob, sumLengths } from './state.js';
 
@@ -101,7 +109,26 @@ export function onInboundCall(
       return;
     }
   }
-  const inline = nomsg ? EMPTY : Buffer.from(buf.subarray(payloadOffset, end));
+  let inline = EMPTY;
+  let placed: Buffer | null = null;
+  if (!nomsg) {
+    if (positions.length > 0 && c.registrar.registersCallerMemory && placeable(lengths)) {
+      // The call is laid out now and its Read chunk data pulled straight into place (`layOutCall`).
+      try {
+        placed = layOutCall(
+          buf.subarray(payloadOffset, end),
+          inlinePositions(positions, lengths),
+          lengths,
+          c.allocateCall,
+          WINDOWS,
+        );
+      } catch {
+        truncate(WINDOWS);
+        sendError(c, xid, version, { code: errorFor(version, RDMA2_ERR_BAD_XDR) });
+        return;
+      }
+    } else inline = Buffer.from(buf.subarray(payloadOffset, end));
+  }
   let idx = c.freeInbound.pop();
   if (idx === undefined) {
     idx = c.inbound.length;
@@ -121,6 +148,8 @@ export function onInboundCall(
       positions,
       lengths,
       sinks: [],
+      placed,
+      windows: [],
       segments,
       readsPending: 0,
       writeChunks: chunks.writes,
@@ -139,6 +168,7 @@ export function onInboundCall(
     ib.positions = positions;
     ib.lengths = lengths;
     truncate(ib.sinks);
+    ib.placed = placed;
     ib.segments = segments;
     ib.readsPending = 0;
     ib.writeChunks = chunks.writes;
@@ -153,8 +183,15 @@ export function onInboundCall(
     deliverInbound(c, ib);
     return;
   }
+  truncate(ib.windows);
   for (let ci = 0; ci < positions.length; ci++) {
-    const sink = c.registrar.acquireTarget(lengths[ci]);
+    let sink: ChunkRegistration | null = null;
+    if (placed !== null) {
+      ib.windows.push(WINDOWS[ci]);
+      sink = c.registrar.registerPlacement(WINDOWS[ci]);
+    }
+    // A window the device would not register: a pooled sink, copied into the window on delivery.
+    if (sink === null) sink = c.registrar.acquireTarget(lengths[ci]);
     ib.sinks.push(sink);
     let off = 0;
     for (const seg of segments[ci]) {
@@ -164,8 +201,22 @@ export function onInboundCall(
       off += seg.length;
     }
   }
+  truncate(WINDOWS);
   if (ib.readsPending === 0) deliverInbound(c, ib);
   else pumpReads(c);
+}
+
+/** Scratch for `layOutCall`'s windows while one call is taken in (synchronous). */
+const WINDOWS: Buffer[] = [];
+
+/** Whether a call's Read chunks are worth placing: large enough in all, and none empty (no window). */
+function placeable(lengths: readonly number[]): boolean {
+  let total = 0;
+  for (let i = 0; i < lengths.length; i++) {
+    if (lengths[i] === 0) return false;
+    total += lengths[i];
+  }
+  return total >= PLACEMENT_MIN_BYTES;
 }
 
 /** Posts RDMA Reads up to our ORD (the peer's IRD bounds it, RFC 5040 §6.4). */
@@ -204,7 +255,16 @@ export function onReadDone(c: RpcRdmaConnection, idx: number): void {
 export function deliverInbound(c: RpcRdmaConnection, ib: InboundState): void {
   let message: Buffer;
   try {
-    if (ib.positions.length === 0) message = ib.inline;
+    if (ib.placed !== null) {
+      message = ib.placed;
+      ib.placed = null;
+      for (let ci = 0; ci < ib.sinks.length; ci++) {
+        const sink = ib.sinks[ci];
+        if (sink.sizeClass >= 0) sink.mr.buffer.copy(ib.windows[ci], 0, 0, ib.lengths[ci]);
+        else c.counters.placedBytes += ib.lengths[ci];
+      }
+      truncate(ib.windows);
+    } else if (ib.positions.length === 0) message = ib.inline;
     else {
       let base = ib.inline;
       let first = 0;
@@ -226,7 +286,7 @@ export function deliverInbound(c: RpcRdmaConnection, ib: InboundState): void {
     sendError(c, ib.xid, ib.version, { code: ib.version === 1 ? ERR_CHUNK : RDMA2_ERR_BAD_XDR });
     return;
   }
-  // The data was copied out: the sinks can be rekeyed and reused at once.
+  // The data was copied out or placed by our own (completed) Reads: the sinks can go at once.
   releaseInboundSinks(c, ib);
   const call = new InboundCallImpl(
     ib.xid,
@@ -272,6 +332,8 @@ export function releaseInboundSinks(c: RpcRdmaConnection, ib: InboundState): voi
   const sinks = ib.sinks;
   for (let i = 0; i < sinks.length; i++) c.registrar.release(sinks[i], true);
   truncate(ib.sinks);
+  ib.placed = null;
+  truncate(ib.windows);
 }
 
 export function endInbound(c: RpcRdmaConnection, ib: InboundState): void {

@@ -11,6 +11,7 @@ import type {
 import type { Sge } from '../verbs/index.js';
 import type { RpcRdmaConnection } from './connection.js';
 import type { TransportError } from './errors.js';
+import type { ReplyPlacement } from './placement.js';
 import type { ChunkRegistration } from './registration.js';
 import type { InboundCall, TransportCall } from './types.js';
 
@@ -20,6 +21,8 @@ export interface CallState {
   regs: ChunkRegistration[];
   writeRegs: ChunkRegistration[];
   replyReg: ChunkRegistration | null;
+  /** The frame the reply is handed over in when its one Write chunk is a window of it. */
+  placement: ReplyPlacement;
   reply: Buffer | null;
   error: TransportError | null;
   /** Resend after invalidation (resources adjusted) instead of completing. */
@@ -57,6 +60,10 @@ export interface InboundState {
   positions: number[];
   lengths: number[];
   sinks: ChunkRegistration[];
+  /** The call laid out with its Read chunk data placed in it (`layOutCall`), or null (pooled sinks). */
+  placed: Buffer | null;
+  /** With `placed`: the window of it where each Read chunk's data goes. */
+  windows: Buffer[];
   segments: RdmaSegment[][];
   readsPending: number;
   writeChunks: RdmaSegment[][];

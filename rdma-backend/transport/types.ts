@@ -137,6 +137,11 @@ export interface ConnectionCounters {
   peerReadBytes: number;
   /** Bytes the peer wrote into our calls' Write and Reply chunks (as its replies state). */
   peerWriteBytes: number;
+  /**
+   * Chunk bytes that landed straight in the buffer that carries the message on (Write chunk data of our
+   * replies, Read chunk data of calls we serve), with no copy out of a pooled region (`placement.ts`).
+   */
+  placedBytes: number;
   /** Calls sent offering at least one Write chunk / a Reply chunk (RFC 8166 §3.4). */
   writeChunkCalls: number;
   replyChunkCalls: number;
