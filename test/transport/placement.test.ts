@@ -217,3 +217,20 @@ test('a malformed Read chunk position is refused before anything is read, and th
     await s.close();
   }
 });
+
+test('a window the device will not register goes through a pooled sink and is copied into place', async (t) => {
+  const lb = await loopback();
+  // A provider that refuses some caller memory: here every buffer of exactly the window's length.
+  const canRegister = lb.serverDevice.canRegister.bind(lb.serverDevice);
+  lb.serverDevice.canRegister = (b: Buffer) => b.length !== 65537 && canRegister(b);
+  try {
+    lb.client.submit(TestCall.echo(1, pattern(65537, 6)));
+    const [o] = await lb.collector.wait(1);
+    t.falsy(o.error, o.error?.message);
+    t.deepEqual(replyData(o.reply as Buffer), pattern(65537, 6));
+    t.is(lb.server.snapshot().counters.placedBytes, 0, 'the Read chunk went to a pooled sink');
+    t.is(lb.server.snapshot().registrations.inUse, 0);
+  } finally {
+    await lb.close();
+  }
+});
