@@ -205,10 +205,11 @@ test("1 MiB SOURCE replies reuse the responder's record buffers, and every one a
 });
 
 test("1 MiB SOURCE replies reuse the gateway's record buffers, and every one arrives intact", async (t) => {
-  // The gateway's requester assembles each reply (inline part + Write chunk data) in the record pool and
-  // the frontend takes it back once the client's socket has taken the bytes. Given back too early, a
-  // buffer would be reassembled over by a later reply while still queued on a socket: each reply has its
-  // own seed, and the client checks every byte.
+  // The gateway's requester registers each reply's Write chunk inside a frame from the record pool (the
+  // responder's RDMA Write places the data there, placement.ts), and the frontend takes the frame back
+  // once the client's socket has taken the bytes. Given back too early, a frame would be written over by
+  // a later reply while still queued on a socket: each reply has its own seed, and the client checks
+  // every byte.
   const g = await startTestGateway({ poolSize: 2 });
   const clients = await connectClients(g, 4);
   t.teardown(() => closeAll(g, clients));
@@ -229,6 +230,8 @@ test("1 MiB SOURCE replies reuse the gateway's record buffers, and every one arr
   t.true(hits >= 16, `later rounds reuse the buffers of earlier ones (${hits} hits)`);
   t.true(returned >= 90, `every written reply goes back (${returned} of 96)`);
   t.is(pool.stats.doubleReleases, 0);
+  const placed = g.pool.connections().reduce((n, c) => n + c.counters.placedBytes, 0);
+  t.true(placed >= 96 * 1024 * 1024, `the Write chunk data was placed, not copied (${placed} B)`);
   await waitFor(() => g.router.stats.inFlight === 0, 'router idle');
   t.deepEqual(gauges(g), BASELINE);
 });
