@@ -236,6 +236,8 @@ export interface UpstreamCounters {
   /** Bytes the peer moved on this connection: our Read chunks it pulled, our Write/Reply chunks it filled. */
   peerRdmaReadBytes?: number;
   peerRdmaWriteBytes?: number;
+  /** Chunk bytes that landed straight in the message buffer handed on, with no copy (direct placement). */
+  placedBytes?: number;
   bytesSent: number;
   bytesReceived: number;
   localInvalidations: number;

@@ -395,6 +395,14 @@ export function renderGatewayMetrics({ counters, upstreams, info, readiness }: M
       })(),
     );
   }
+  if (ups.some((u) => u.placedBytes !== undefined)) {
+    w.family(
+      `${P}rdma_placed_bytes_total`,
+      'counter',
+      'Chunk bytes that landed straight in the message buffer handed on: Write chunk data of replies, Read chunk data of calls (no copy out of a pooled region).',
+      perUpstream(ups, (u) => u.placedBytes ?? 0),
+    );
+  }
   w.family(
     `${P}rdma_sent_bytes_total`,
     'counter',

@@ -203,6 +203,11 @@ export const Stats = Type.Object({
         rdmaWriteBytes: Type.Optional(Int('bytes this end moved by RDMA Write')),
         peerRdmaReadBytes: Type.Optional(Int('bytes of our Read chunks the peer pulled')),
         peerRdmaWriteBytes: Type.Optional(Int('bytes the peer wrote into our Write and Reply chunks')),
+        placedBytes: Type.Optional(
+          Int(
+            'chunk bytes that landed straight in the message buffer handed on (no copy out of a pooled region)',
+          ),
+        ),
         bytesSent: Int(),
         bytesReceived: Int(),
         localInvalidations: Int(),

@@ -265,8 +265,16 @@ test('counters move when traffic flows, in /v1/stats and /metrics', async (t) =>
     const peerWrote = (s: { upstreams: { peerRdmaWriteBytes?: number }[] }) =>
       s.upstreams.reduce((n, u) => n + (u.peerRdmaWriteBytes ?? 0), 0);
     t.is(peerWrote(s2) - peerWrote(s1), 200_000, 'the SOURCE data, written by the peer into our Write chunk');
+    const placed = (s: { upstreams: { placedBytes?: number }[] }) =>
+      s.upstreams.reduce((n, u) => n + (u.placedBytes ?? 0), 0);
+    t.is(placed(s2) - placed(s1), 200_000, 'and placed straight into the reply handed to the client');
     const text = await (await request(`${h.url}/metrics`)).body.text();
-    for (const family of ['rdma_credit_stalls_total', 'rdma_read_bytes_total', 'rdma_write_bytes_total'])
+    for (const family of [
+      'rdma_credit_stalls_total',
+      'rdma_read_bytes_total',
+      'rdma_write_bytes_total',
+      'rdma_placed_bytes_total',
+    ])
       t.true(
         parsePrometheus(text).some((f) => f.name === `rpcrdma_gateway_${family}`),
         `${family} exposed`,
