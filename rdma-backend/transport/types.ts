@@ -42,9 +42,11 @@ export interface RequesterHandler<C extends TransportCall = TransportCall> {
   onAbandoned?(call: C): void;
   /**
    * Where the transport assembles a reply it cannot hand over in place (Write chunk data re-inserted, a
-   * Reply chunk or inline bytes copied out of a receive buffer): `size` bytes or more. The handler owns
-   * the buffer from `onReply` on (it may give it back to a pool once the reply is written out). Default
-   * `Buffer.allocUnsafe`.
+   * Reply chunk or inline bytes copied out of a receive buffer): `size` bytes or more. Also the frame a
+   * large Write chunk is registered in when the call is sent (`placement.ts`), so that the reply handed
+   * to `onReply` may be a view of a buffer allocated before the reply arrived. The handler owns the
+   * buffer from `onReply` on (it may give it back to a pool once the reply is written out); the frame of
+   * a call that fails or is abandoned is left to the garbage collector. Default `Buffer.allocUnsafe`.
    */
   allocateReply?(size: number): Buffer;
 }
@@ -77,9 +79,10 @@ export interface ResponderHandler {
    */
   onReplyReleased?(message: Buffer): void;
   /**
-   * Where the transport assembles a call whose Read chunk data it re-inserts (`size` bytes or more); the
-   * handler owns the buffer from `onCall` on (it may give it back to a pool once it has written the
-   * call). Default `Buffer.allocUnsafe`.
+   * Where the transport assembles a call whose Read chunk data it re-inserts, or lays it out before
+   * pulling large Read chunks straight into it (`size` bytes or more); the handler owns the buffer from
+   * `onCall` on (it may give it back to a pool once it has written the call). Default
+   * `Buffer.allocUnsafe`.
    */
   allocateCall?(size: number): Buffer;
 }

@@ -4,6 +4,7 @@
  * RDMA Read/Write with any rkey — to prove what the transport answers to malformed input, and that a
  * stale rkey is refused by the provider.
  */
+import { encodePrivateData } from '../../rdma-backend/protocol/index.js';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
 import {
   Access,
@@ -18,6 +19,10 @@ import {
   SendFlags,
   WrOpcode,
 } from '../../rdma-backend/verbs/index.js';
+
+/** RFC 8797 private data of a peer with 4 KiB inline sizes that does not take Send With Invalidate. */
+export const plainPrivateData = (): Buffer =>
+  encodePrivateData({ sendWithInvalidateOk: false, inlineSendSize: 4096, inlineRecvSize: 4096 });
 
 const RECVS = 64;
 const RECV_SIZE = 65536;
@@ -149,6 +154,13 @@ export class RoguePeer {
         });
       });
     }
+  }
+
+  /** Sends `bytes` and waits for the next message to arrive after them (a request and its answer). */
+  async ask(bytes: Buffer, ms = 5000): Promise<Buffer> {
+    const n = this.received.length;
+    this.send(bytes);
+    return this.message(n, ms);
   }
 
   /** The `n`-th received message (0-based), waiting for it. */

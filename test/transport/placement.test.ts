@@ -6,10 +6,10 @@
  * memory takes the pooled path with the same bytes.
  */
 import test from 'ava';
-import { decodeHeader, encodePrivateData, type RpcRdmaHeader } from '../../rdma-backend/protocol/index.js';
+import { decodeHeader, type RpcRdmaHeader } from '../../rdma-backend/protocol/index.js';
 import { TransportError } from '../../rdma-backend/transport/errors.js';
 import { layOutCall, ReplyPlacement } from '../../rdma-backend/transport/placement.js';
-import { RoguePeer } from '../helpers/rogue-peer.js';
+import { plainPrivateData, RoguePeer } from '../helpers/rogue-peer.js';
 import {
   echoServer,
   encodeCall,
@@ -22,8 +22,7 @@ import {
   TestCall,
 } from './loopback.js';
 
-const pd = () =>
-  encodePrivateData({ sendWithInvalidateOk: false, inlineSendSize: 4096, inlineRecvSize: 4096 });
+const pd = plainPrivateData;
 
 function plainAllocator(log: Buffer[]): (size: number) => Buffer {
   return (size) => {
@@ -181,11 +180,7 @@ test('a malformed Read chunk position is refused before anything is read, and th
   const s = await echoServer();
   const peer = await RoguePeer.connect(s.listener.port, pd());
   try {
-    let n = 0;
-    const ask = async (msg: Buffer): Promise<RpcRdmaHeader> => {
-      peer.send(msg);
-      return decodeHeader(await peer.message(n++));
-    };
+    const ask = async (msg: Buffer): Promise<RpcRdmaHeader> => decodeHeader(await peer.ask(msg));
     t.like(await ask(headerBytes({ version: 2, htype: 5, xid: 1, credit: 8, props: [] })), { htype: 5 });
     const call = encodeCall(2, PROC_ECHO, Buffer.alloc(0));
     // 64 KiB of Read chunk data said to go at offset 6 (unaligned), then at 4,096 (past the message).

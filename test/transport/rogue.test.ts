@@ -4,10 +4,10 @@
  * own connection.
  */
 import test from 'ava';
-import { decodeHeader, encodePrivateData, type RpcRdmaHeader } from '../../rdma-backend/protocol/index.js';
+import { decodeHeader, type RpcRdmaHeader } from '../../rdma-backend/protocol/index.js';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
 import { type InboundCall, RpcRdmaConnection } from '../../rdma-backend/transport/index.js';
-import { RoguePeer } from '../helpers/rogue-peer.js';
+import { plainPrivateData, RoguePeer } from '../helpers/rogue-peer.js';
 import {
   Collector,
   echoServer,
@@ -19,18 +19,13 @@ import {
   words,
 } from './loopback.js';
 
-const pd = () =>
-  encodePrivateData({ sendWithInvalidateOk: false, inlineSendSize: 4096, inlineRecvSize: 4096 });
+const pd = plainPrivateData;
 
 test('malformed and unknown headers get the right RDMA2_ERROR; the connection keeps serving', async (t) => {
   const s = await echoServer();
   const peer = await RoguePeer.connect(s.listener.port, pd());
   try {
-    let n = 0;
-    const ask = async (msg: Buffer): Promise<RpcRdmaHeader> => {
-      peer.send(msg);
-      return decodeHeader(await peer.message(n++));
-    };
+    const ask = async (msg: Buffer): Promise<RpcRdmaHeader> => decodeHeader(await peer.ask(msg));
     // Version 2 first: our CONNPROP comes back, with the grant and F_RESPONSE.
     const cp = await ask(
       headerBytes({
@@ -97,7 +92,8 @@ test('malformed and unknown headers get the right RDMA2_ERROR; the connection ke
       ),
     );
     t.like(ok, { version: 2, htype: 0, xid: 10, flags: 1 });
-    t.deepEqual(replyData(peer.received[n - 1].subarray(ok.payloadOffset)), Buffer.from('still here'));
+    const last = peer.received[peer.received.length - 1];
+    t.deepEqual(replyData(last.subarray(ok.payloadOffset)), Buffer.from('still here'));
     t.is(s.conns[0].state, 'ready');
     t.is(s.conns[0].snapshot().counters.droppedMessages, 2, 'the DONE and the short message');
   } finally {
