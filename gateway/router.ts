@@ -42,7 +42,12 @@ import type {
 } from '../rdma-backend/transport/index.js';
 import { MsgType } from '../rpc/constants.js';
 import { RpcCallHeader } from '../rpc/message.js';
-import type { CloseReason, FrontendConnection, FrontendHandler } from '../tcp-frontend/server.js';
+import {
+  type CloseReason,
+  COPIED_RECORD_MAX,
+  type FrontendConnection,
+  type FrontendHandler,
+} from '../tcp-frontend/server.js';
 import { BackchannelRelay, type BackchannelStats } from './backchannel/relay.js';
 import { type CallRecord, CallRecordPool, type ConnectionLink } from './router/call-record.js';
 import { CallStats } from './router/call-stats.js';
@@ -559,6 +564,13 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     if (!known) this.stats.sessionsLearned++;
     if (outcome === SessionReply.BACK && link !== null) link.backchannel = s;
   }
+
+  /**
+   * Small inline replies may be lent (a view of the transport's receive buffer, valid during `onReply`):
+   * everything `onReply` does with a reply is synchronous, and the frontend copies a record this small
+   * into its write stage before `sendReply` returns.
+   */
+  readonly lendLimit = COPIED_RECORD_MAX;
 
   /**
    * Replies are assembled in the record pool: the frontend gives a pooled reply back once its socket has

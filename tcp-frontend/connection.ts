@@ -163,7 +163,8 @@ export class FrontendConnection {
    * returns false when the socket is not draining (the caller should hold further records for this
    * connection until `onWritable`). Records for a closed connection are dropped and counted.
    * A part that is a buffer of the record pool goes back to the pool once the socket has written it: the
-   * caller hands it over and must not use it afterwards.
+   * caller hands it over and must not use it afterwards. A record of at most `COPIED_RECORD_MAX` bytes is
+   * copied before this returns, so its parts may be borrowed memory the caller reuses at once.
    */
   sendRecord(parts: readonly Buffer[]): boolean {
     const socket = this.socket;

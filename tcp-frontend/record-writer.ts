@@ -27,6 +27,8 @@ import { BufferPool } from '../common/buffer-pool.js';
 const STAGE_SIZE = 64 * 1024;
 /** Largest record (mark included) copied into the stage; larger ones are written as they are. */
 const STAGE_RECORD_MAX = 16 * 1024;
+/** Records of at most this many bytes (mark excluded) are copied into the stage before `write` returns. */
+export const COPIED_RECORD_MAX = STAGE_RECORD_MAX - 4;
 /** Last-fragment bit of the record mark (RFC 5531 §11). */
 const LAST_FRAGMENT = 0x80000000;
 

@@ -23,6 +23,7 @@ export { formatHostPort, parseHostPort } from './address.js';
 export type { CloseReason, FrontendHandler } from './connection.js';
 export { FrontendConnection, XDR_PAD } from './connection.js';
 export type { FrontendLimits } from './limits.js';
+export { COPIED_RECORD_MAX } from './record-writer.js';
 export type { FrontendStats } from './stats.js';
 
 /** Node's own read size: a 1 MiB record arrives in 16 reads, as before the buffer was shared. */

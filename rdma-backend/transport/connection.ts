@@ -183,6 +183,7 @@ export class RpcRdmaConnection {
     peerReadBytes: 0,
     peerWriteBytes: 0,
     placedBytes: 0,
+    lentReplies: 0,
     writeChunkCalls: 0,
     replyChunkCalls: 0,
     creditStalls: 0,

@@ -309,6 +309,13 @@ export function onReply(
   invalidateThenComplete(c, st);
 }
 
+/** Whether the peer invalidated every region of the call (or it exposed none). */
+function fencedByPeer(st: CallState): boolean {
+  const regs = st.regs;
+  for (let i = 0; i < regs.length; i++) if (!regs[i].remotelyInvalidated) return false;
+  return true;
+}
+
 /**
  * The complete reply: Write chunk data re-inserted, or Reply chunk / inline bytes copied out. Null when
  * the reply was placed around its Write chunk data in the call's frame instead (`ReplyPlacement`); it is
@@ -354,7 +361,15 @@ export function reassembleReply(
     inline = buf.subarray(h.payloadOffset, end);
   }
   const writes = chunks.writes;
-  if (writes.length === 0 || st.writeRegs.length === 0) return copyOf(inline, c.allocateReply);
+  if (writes.length === 0 || st.writeRegs.length === 0) {
+    // Lent, not copied (`RequesterHandler.lendLimit`): with nothing left for us to invalidate, the call
+    // completes before this Receive is reposted.
+    if (!nomsg && inline.length <= (c.requester.lendLimit ?? 0) && fencedByPeer(st)) {
+      c.counters.lentReplies++;
+      return inline;
+    }
+    return copyOf(inline, c.allocateReply);
+  }
   const call = st.call as TransportCall;
   const inserts: Insert[] = [];
   for (let i = 0; i < writes.length && i < st.writeRegs.length; i++) {

@@ -22,8 +22,19 @@ export interface TransportCall {
 }
 
 export interface RequesterHandler<C extends TransportCall = TransportCall> {
-  /** The reassembled RPC Reply (a fresh buffer the caller owns). */
+  /**
+   * The reassembled RPC Reply: a buffer the handler owns, or, for a small inline reply when
+   * `lendLimit` allows, a view of the receive buffer lent for the duration of this call only.
+   */
   onReply(call: C, reply: Buffer): void;
+  /**
+   * Replies of at most this many bytes that arrive inline, to calls that exposed no memory (nothing to
+   * invalidate, so the call completes while its Receive is being processed), are handed to `onReply` as
+   * a view of the receive buffer instead of a copy. The view is valid only until `onReply` returns (the
+   * Receive is reposted then): a handler that keeps bytes copies them, as the gateway's frontend copies a
+   * small record into its write stage before `sendReply` returns. Default 0: nothing is lent.
+   */
+  readonly lendLimit?: number;
   /** The call is over without a reply; `error.retransmit` says whether to send it again elsewhere. */
   onFailed(call: C, error: TransportError): void;
   /**
@@ -145,6 +156,8 @@ export interface ConnectionCounters {
    * replies, Read chunk data of calls we serve), with no copy out of a pooled region (`placement.ts`).
    */
   placedBytes: number;
+  /** Small inline replies handed over as views of the receive buffer (`RequesterHandler.lendLimit`). */
+  lentReplies: number;
   /** Calls sent offering at least one Write chunk / a Reply chunk (RFC 8166 §3.4). */
   writeChunkCalls: number;
   replyChunkCalls: number;

@@ -4,34 +4,16 @@
  * non-retransmittable error.
  */
 import test from 'ava';
-import { xdrPad } from '../../rpc/xdr.js';
 import {
-  CALL_DATA,
-  encodeCall,
   encodeReply,
   loopback,
-  PROC_ECHO,
   pattern,
   REPLY_DATA,
   replyData,
   sourceCall,
   TestCall,
+  twoItemCall,
 } from './loopback.js';
-
-/** A call with two DDP-eligible opaques (two Read chunks). */
-function twoItemCall(xid: number, a: Buffer, b: Buffer): TestCall {
-  const first = encodeCall(xid, PROC_ECHO, a);
-  const lw = Buffer.alloc(4);
-  lw.writeUInt32BE(b.length);
-  const msg = Buffer.concat([first, lw, b, Buffer.alloc(xdrPad(b.length))]);
-  const c = new TestCall(xid, msg);
-  c.ddpArgs = [
-    { offset: CALL_DATA, length: a.length },
-    { offset: first.length + 4, length: b.length },
-  ];
-  c.maxReplySize = 1024;
-  return c;
-}
 
 test('READ_CHUNKS: more Read chunks than the responder takes → resent with a Position-Zero Read chunk', async (t) => {
   const lb = await loopback({ server: { maxReadChunks: 1 } });

@@ -257,6 +257,20 @@ export function delay(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
 
+/** A call with two DDP-eligible opaques (two Read chunks when it does not fit inline); ECHO returns the first. */
+export function twoItemCall(xid: number, a: Buffer, b: Buffer): TestCall {
+  const first = encodeCall(xid, PROC_ECHO, a);
+  const lw = Buffer.alloc(4);
+  lw.writeUInt32BE(b.length);
+  const c = new TestCall(xid, Buffer.concat([first, lw, b, Buffer.alloc(xdrPad(b.length))]));
+  c.ddpArgs = [
+    { offset: CALL_DATA, length: a.length },
+    { offset: first.length + 4, length: b.length },
+  ];
+  c.maxReplySize = 1024;
+  return c;
+}
+
 /** A SOURCE call asking for `n` bytes, offering a Write chunk of `offered` bytes. */
 export function sourceCall(xid: number, n: number, offered = n): TestCall {
   const arg = Buffer.alloc(4);
