@@ -11,6 +11,7 @@ import { TransportError } from '../../rdma-backend/transport/errors.js';
 import { layOutCall, ReplyPlacement } from '../../rdma-backend/transport/placement.js';
 import { plainPrivateData, RoguePeer } from '../helpers/rogue-peer.js';
 import {
+  delay,
   echoServer,
   encodeCall,
   headerBytes,
@@ -225,6 +226,33 @@ test('a window the device will not register goes through a pooled sink and is co
     t.deepEqual(replyData(o.reply as Buffer), pattern(65537, 6));
     t.is(lb.server.snapshot().counters.placedBytes, 0, 'the Read chunk went to a pooled sink');
     t.is(lb.server.snapshot().registrations.inUse, 0);
+  } finally {
+    await lb.close();
+  }
+});
+
+test('a connection lost with placed Write chunks and calls mid-pull fails each call once and leaks no registration', async (t) => {
+  const lb = await loopback();
+  lb.responder.hold = true;
+  try {
+    // Held SOURCE calls have their Write chunk placed in a reply frame; large ECHOs are being pulled into
+    // laid-out calls on the server when it goes.
+    for (let i = 0; i < 4; i++) lb.client.submit(sourceCall(1 + i, 1 << 20));
+    for (let i = 0; i < 4; i++) lb.client.submit(TestCall.echo(10 + i, pattern(200_000, i)));
+    while (lb.responder.held.length < 4) await delay(5);
+    lb.server.close('test kill');
+    const outs = await lb.collector.wait(8);
+    await delay(50);
+    t.is(lb.collector.outcomes.length, 8, 'each call reported once');
+    for (const o of outs) {
+      t.is(o.error?.code, 'ERR_TRANSPORT_CONNECTION_LOST');
+      t.true(o.error?.retransmit);
+    }
+    t.is(lb.client.snapshot().registrations.inUse, 0, 'client: every placed window deregistered');
+    t.is(lb.server.snapshot().registrations.inUse, 0, 'server: every sink released');
+    // Late answers to the held calls go nowhere and write nothing.
+    for (const c of lb.responder.held) lb.server.reply(c, Buffer.alloc(32));
+    t.is(lb.client.counters.placedBytes, 0);
   } finally {
     await lb.close();
   }
