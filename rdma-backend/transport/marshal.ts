@@ -228,11 +228,16 @@ export interface Insert {
   data: Buffer;
 }
 
+/** `size` bytes from `allocate`, which may return more than asked: the exact view, made only when needed. */
+export function allocateExactly(allocate: (size: number) => Buffer, size: number): Buffer {
+  const got = allocate(size);
+  return got.length === size ? got : got.subarray(0, size);
+}
+
 /** A copy of `bytes` in a buffer from `allocate` (which may return more than asked: the view is exact). */
 export function copyOf(bytes: Buffer, allocate: (size: number) => Buffer): Buffer {
   const n = bytes.length;
-  const got = allocate(n);
-  const out = got.length === n ? got : got.subarray(0, n);
+  const out = allocateExactly(allocate, n);
   bytes.copy(out, 0);
   return out;
 }
@@ -273,7 +278,7 @@ export function reassemble(
     total += itemSpan(inserts[i].data.length);
   }
   if (inserts.length === 0) return inline;
-  const out = allocate(total).subarray(0, total);
+  const out = allocateExactly(allocate, total);
   let src = 0;
   let o = 0;
   for (let i = 0; i < inserts.length; i++) {

@@ -13,11 +13,7 @@
  * window (its key reaches exactly the window's bytes).
  */
 import { xdrPad } from '../../rpc/xdr.js';
-import { checkInsertPosition, itemSpan } from './marshal.js';
-
-function exact(got: Buffer, size: number): Buffer {
-  return got.length === size ? got : got.subarray(0, size);
-}
+import { allocateExactly, checkInsertPosition, itemSpan } from './marshal.js';
 
 /**
  * A reply whose Write chunk target is a window of the buffer the reply is handed over in.
@@ -46,7 +42,7 @@ export class ReplyPlacement {
    */
   window(capacity: number, room: number, allocate: (size: number) => Buffer): Buffer {
     const size = room + itemSpan(capacity) + room;
-    if (this.frame === null || this.frame.length < size) this.frame = exact(allocate(size), size);
+    if (this.frame === null || this.frame.length < size) this.frame = allocateExactly(allocate, size);
     this.windowAt = room;
     this.capacity = capacity;
     this.start = -1;
@@ -119,7 +115,7 @@ export function layOutCall(
     prev = ats[i];
     total += itemSpan(lengths[i]);
   }
-  const out = exact(allocate(total), total);
+  const out = allocateExactly(allocate, total);
   let src = 0;
   let o = 0;
   for (let i = 0; i < ats.length; i++) {
