@@ -237,7 +237,7 @@ export function renderMarkdown(result: ResultFile): string {
   }
   lines.push(
     '',
-    'CPU per call (µs, from /proc: utime + stime over the measured window divided by the calls completed) and peak RSS (MiB):',
+    "CPU per call (µs, from /proc: utime + stime over the measured window divided by the calls completed), peak RSS (MiB) and, where /proc/PID/io could be read, calls completed per read / write system call (higher: better batching; /proc counts read(2)/write(2)/readv/writev, not haproxy's recv/send, so haproxy shows none):",
     '',
     '| workload | chain | p50 | p99 | load generator | per hop / process |',
     '|---|---|---:|---:|---:|---|',
@@ -245,13 +245,15 @@ export function renderMarkdown(result: ResultFile): string {
   for (const r of result.rows) {
     const x = r.extra as Record<string, unknown> | undefined;
     const calls = x?.calls as number | undefined;
-    const res = x?.resources as Record<string, { cpuSeconds: number; peakRssKiB: number }> | undefined;
+    const res = x?.resources as
+      | Record<string, { cpuSeconds: number; peakRssKiB: number; readCalls?: number; writeCalls?: number }>
+      | undefined;
     const lat = x?.latencyUs as LatencySummary | undefined;
     if (!x || !calls || !res || !lat) continue;
     const hops = Object.entries(res)
       .map(
         ([role, v]) =>
-          `${role} ${((v.cpuSeconds * 1e6) / calls).toFixed(0)} µs, ${(v.peakRssKiB / 1024).toFixed(0)} MiB`,
+          `${role} ${((v.cpuSeconds * 1e6) / calls).toFixed(0)} µs, ${(v.peakRssKiB / 1024).toFixed(0)} MiB${perSyscall(calls, v.readCalls, v.writeCalls)}`,
       )
       .join('; ');
     lines.push(
@@ -259,6 +261,12 @@ export function renderMarkdown(result: ResultFile): string {
     );
   }
   return `${lines.join('\n')}\n`;
+}
+
+/** `, 7.1 / 5.3 calls per read / write`, or nothing when the counts were not readable. */
+function perSyscall(calls: number, reads: number | undefined, writes: number | undefined): string {
+  if (!reads || !writes) return '';
+  return `, ${(calls / reads).toFixed(1)} / ${(calls / writes).toFixed(1)} calls per read / write`;
 }
 
 function newestResult(dir: string): string {

@@ -47,6 +47,8 @@ export const WORKLOADS: readonly Workload[] = [
   { id: 'echo4k-c64', ops: one('echo', 4 * KiB), connections: 4, depth: 16, unit: 'ops/s' },
   { id: 'sink1m-c8', ops: one('sink', MiB), connections: 2, depth: 4, unit: 'GB/s' },
   { id: 'source1m-c8', ops: one('source', MiB), connections: 2, depth: 4, unit: 'GB/s' },
+  { id: 'sink1m-c1', ops: one('sink', MiB), connections: 1, depth: 1, unit: 'GB/s' },
+  { id: 'source1m-c1', ops: one('source', MiB), connections: 1, depth: 1, unit: 'GB/s' },
   {
     // 70 % small (4 KiB ECHO, inline or a Long message) and 30 % large (1 MiB SINK and SOURCE: DDP chunks).
     id: 'mixed-70-30-c16',

@@ -3,6 +3,9 @@
  * configuration, the mixed-workload interleaving, the chart and the profile summary. (The benchmarks
  * themselves run with `npm run bench`; CI runs `--quick` as a smoke test.)
  */
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createInterface } from 'node:readline';
 import test from 'ava';
 import { row } from '../../bench/harness.js';
 import type { LoadResult } from '../../bench/loadgen/spec.js';
@@ -10,6 +13,7 @@ import { describeOps, payloadBytes, schedule } from '../../bench/loadgen/spec.js
 import { summarise } from '../../bench/profile-summary.js';
 import { panels, renderSvg } from '../../bench/report.js';
 import { haproxyConfig } from '../../bench/scenarios/chains.js';
+import { ResourceSampler } from '../../bench/scenarios/resources.js';
 import { buildRows, type Measured } from '../../bench/suites/scenarios.js';
 
 function result(opsPerSec: number, bytesPerSec: number, p99: number): LoadResult {
@@ -158,4 +162,29 @@ test('profile summary: self time per function, idle excluded from the functions'
   t.is(s.functions[0].share, 0.75);
   t.false(s.functions.some((f) => f.name.startsWith('(idle)')));
   t.is(s.files[0].name, 'rpc/xdr.js');
+});
+
+test('the resource sampler counts the read and write system calls of a process', async (t) => {
+  // A child that makes 200 write(2) calls to /dev/null, then waits to be sampled and stopped.
+  const child = spawn(
+    process.execPath,
+    [
+      '-e',
+      "const fs=require('fs');process.stdin.once('data',()=>{const fd=fs.openSync('/dev/null','w');for(let i=0;i<200;i++)fs.writeSync(fd,'x');process.stdout.write('done\\n');process.stdin.once('data',()=>process.exit(0))});process.stdout.write('ready\\n')",
+    ],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  );
+  const lines = createInterface({ input: child.stdout });
+  const next = () => new Promise<string>((resolve) => lines.once('line', resolve));
+  t.is(await next(), 'ready');
+  const sampler = new ResourceSampler([{ role: 'child', pid: child.pid as number, group: false }], 10_000);
+  child.stdin.write('go\n');
+  t.is(await next(), 'done');
+  const figures = sampler.stop();
+  child.stdin.write('exit\n');
+  await once(child, 'exit');
+  // 200 writes to /dev/null plus the line on stdout; a few reads of stdin meanwhile at most.
+  t.true(figures.child.writeCalls >= 201 && figures.child.writeCalls < 260, `${figures.child.writeCalls}`);
+  t.true(figures.child.readCalls >= 1 && figures.child.readCalls < 50, `${figures.child.readCalls}`);
+  t.true(figures.child.peakRssKiB > 1024);
 });
