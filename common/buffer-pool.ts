@@ -1,13 +1,18 @@
 /**
- * A pool of large message buffers (records of 64 KiB and more: NFS READ/WRITE payloads, 1 MiB test-program
- * records) reused instead of allocated per message.
+ * A pool of message buffers of 4 KiB and more (NFS READ/WRITE payloads, Long Calls and Replies, 1 MiB
+ * test-program records) reused instead of allocated per message.
  *
  * Why: a fresh 1 MiB `Buffer` per record costs more than its copy. Its backing store is mmap()ed by
  * malloc (above glibc's threshold), first-touch page faults follow, and V8 counts it as external memory,
  * so a few hundred per second trigger "external memory pressure" scavenges and mark-compacts
  * (docs/performance.md measured GC at 14–20 % of the responder's time on 1 MiB SOURCE). Reusing
- * the same few backing stores removes all three.
+ * the same few backing stores removes all three. From 4 KiB: below that `Buffer.allocUnsafe` carves
+ * from Node's shared 8 KiB slab (`Buffer.poolSize`), at and above it every buffer is an `ArrayBuffer`
+ * of its own (4 KiB ECHO records spent 3 % of the gateway in `createUnsafeBuffer`, docs/performance.md).
  *
+ * - A store is its class size plus `STORE_TAIL` bytes, a length no Node slab has: `release` and `owns`
+ *   tell a candidate store from the slab under a small record by its length alone, and look the store
+ *   up in the ownership map only when the length matches (no lookup on the small-message path).
  * - Size classes are powers of two from `minSize` to `maxSize`; `acquire(n)` returns a view of exactly
  *   `n` bytes over a pooled `ArrayBuffer` of the class that fits (sizes outside the classes get a plain,
  *   unpooled allocation).
@@ -48,7 +53,9 @@ export interface BufferPoolStats {
   retainedBytes: number;
 }
 
-const DEFAULT_MIN = 64 * 1024;
+const DEFAULT_MIN = 4 * 1024;
+/** Bytes past the class size in every store (never part of a view): marks the store's length. */
+const STORE_TAIL = 8;
 const DEFAULT_MAX = 8 * 1024 * 1024;
 const DEFAULT_RETAINED = 64 * 1024 * 1024;
 
@@ -106,7 +113,7 @@ export class BufferPool {
     let store = list.pop();
     if (store === undefined) {
       this.stats.misses++;
-      store = new ArrayBuffer(this.minSize << cls);
+      store = new ArrayBuffer((this.minSize << cls) + STORE_TAIL);
     } else {
       this.stats.hits++;
       this.stats.retainedBytes -= store.byteLength;
@@ -118,9 +125,9 @@ export class BufferPool {
   /** Takes back a buffer from `acquire` that nothing references any more (see the module comment). */
   readonly release = (buf: Uint8Array): void => {
     const store = buf.buffer as ArrayBuffer;
-    // Stores are never smaller than the smallest class: a small record's memory (Node's 8 KiB pool)
-    // is told apart without the WeakMap lookup.
-    const state = store.byteLength < this.minSize ? undefined : this.out.get(store);
+    // Only a store of a class's length can be ours: a small record's memory (Node's 8 KiB slab) and
+    // plain allocations are told apart without the WeakMap lookup.
+    const state = this.storeLength(store.byteLength) ? this.out.get(store) : undefined;
     if (state !== true) {
       if (state === false) this.stats.doubleReleases++;
       else this.stats.ignored++;
@@ -132,7 +139,7 @@ export class BufferPool {
       this.stats.dropped++;
       return;
     }
-    const cls = 31 - Math.clz32(store.byteLength) - this.minShift;
+    const cls = 31 - Math.clz32(store.byteLength - STORE_TAIL) - this.minShift;
     this.free[cls].push(store);
     this.stats.retainedBytes += store.byteLength;
     this.stats.returned++;
@@ -141,6 +148,12 @@ export class BufferPool {
   /** True when `buf` is a view of one of this pool's stores that is currently out. */
   owns(buf: Uint8Array): boolean {
     const store = buf.buffer as ArrayBuffer;
-    return store.byteLength >= this.minSize && this.out.get(store) === true;
+    return this.storeLength(store.byteLength) && this.out.get(store) === true;
+  }
+
+  /** Whether `n` is the length of one of the classes' stores (a class size plus the tail). */
+  private storeLength(n: number): boolean {
+    const size = n - STORE_TAIL;
+    return size >= this.minSize && size <= this.maxSize && (size & (size - 1)) === 0;
   }
 }

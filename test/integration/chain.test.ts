@@ -236,6 +236,41 @@ test("1 MiB SOURCE replies reuse the gateway's record buffers, and every one arr
   t.deepEqual(gauges(g), BASELINE);
 });
 
+test('4–64 KiB calls and replies reuse both record pools, and every one arrives intact', async (t) => {
+  // Messages from 4 KiB up are pooled (common/buffer-pool.ts): the frontend's call records, the gateway's
+  // reply frames, the responder's call and reply records. 4 clients × 48 ECHOs of distinct sizes and
+  // random bytes, many at once: a buffer given back while still in use would corrupt another client's
+  // reply, and every reply is checked byte for byte.
+  const g = await startTestGateway({ poolSize: 2 });
+  const clients = await connectClients(g, 4);
+  t.teardown(() => closeAll(g, clients));
+  const gw = g.router.recordPool;
+  const rs = g.embedded?.responder.recordPool;
+  if (!gw || !rs) throw new Error('the test gateway has no record pools');
+  const before = { gw: { ...gw.stats }, rs: { ...rs.stats } };
+  for (let round = 0; round < 4; round++) {
+    await Promise.all(
+      clients.flatMap((c, ci) =>
+        Array.from({ length: 12 }, async (_, k) => {
+          const data = randomBytes(4096 + (((round * 48 + ci * 12 + k) * 1237) % (60 * 1024)));
+          t.true((await c.echo(data)).equals(data));
+        }),
+      ),
+    );
+  }
+  t.log(`gateway record pool: ${JSON.stringify(gw.stats)}; responder: ${JSON.stringify(rs.stats)}`);
+  for (const [name, pool, was] of [
+    ['gateway', gw, before.gw],
+    ['responder', rs, before.rs],
+  ] as const) {
+    const hits = pool.stats.hits - was.hits;
+    t.true(hits >= 96, `${name}: later rounds reuse the buffers of earlier ones (${hits} hits)`);
+    t.is(pool.stats.doubleReleases, 0, name);
+  }
+  await waitFor(() => g.router.stats.inFlight === 0, 'router idle');
+  t.deepEqual(gauges(g), BASELINE);
+});
+
 test('small replies are lent by the transport, not copied, and every one arrives intact', async (t) => {
   // The router takes small inline replies as views of the transport's receive buffers (lendLimit): the
   // frontend copies each into its write stage before the buffer is reused. 4 clients × 200 ECHOs of
