@@ -127,7 +127,7 @@ export class BufferPool {
     const store = buf.buffer as ArrayBuffer;
     // Only a store of a class's length can be ours: a small record's memory (Node's 8 KiB slab) and
     // plain allocations are told apart without the WeakMap lookup.
-    const state = this.storeLength(store.byteLength) ? this.out.get(store) : undefined;
+    const state = this.isStoreLength(store.byteLength) ? this.out.get(store) : undefined;
     if (state !== true) {
       if (state === false) this.stats.doubleReleases++;
       else this.stats.ignored++;
@@ -148,12 +148,12 @@ export class BufferPool {
   /** True when `buf` is a view of one of this pool's stores that is currently out. */
   owns(buf: Uint8Array): boolean {
     const store = buf.buffer as ArrayBuffer;
-    return this.storeLength(store.byteLength) && this.out.get(store) === true;
+    return this.isStoreLength(store.byteLength) && this.out.get(store) === true;
   }
 
   /** Whether `n` is the length of one of the classes' stores (a class size plus the tail). */
-  private storeLength(n: number): boolean {
+  private isStoreLength(n: number): boolean {
     const size = n - STORE_TAIL;
-    return size >= this.minSize && size <= this.maxSize && (size & (size - 1)) === 0;
+    return size >= this.minSize && size <= this.maxSize && isPowerOfTwo(size);
   }
 }
