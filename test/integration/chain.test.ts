@@ -300,12 +300,14 @@ test('clients that disconnect mid-call disturb no one and leak nothing', async (
   const quitters = await connectClients(g, 10);
   t.teardown(() => closeAll(g, [...good, ...quitters]));
   const before = gauges(g);
-  // The quitters put large calls in flight (both directions) and vanish before the replies.
+  // The quitters put large calls in flight (both directions) and 8 KiB ECHOs (pooled Long Calls and
+  // Replies), and vanish before the replies.
   const abandoned: Promise<unknown>[] = [];
   for (const [i, q] of quitters.entries()) {
     for (let k = 0; k < 4; k++) {
       abandoned.push(q.source(1024 * 1024, i * 10 + k).catch(() => 'gone'));
       abandoned.push(q.sink(Buffer.alloc(512 * 1024, k)).catch(() => 'gone'));
+      abandoned.push(q.echo(randomBytes(8 * 1024 + k)).catch(() => 'gone'));
     }
   }
   const work = runLoad(t, good, 6, 24 * 1024 * 1024);
@@ -318,6 +320,7 @@ test('clients that disconnect mid-call disturb no one and leak nothing', async (
   const s = g.router.snapshot();
   t.log(`orphaned replies consumed ${s.orphanedReplies}, waiting calls dropped ${s.droppedQueued}`);
   t.true(s.orphanedReplies + s.droppedQueued > 0);
+  t.is(g.router.recordPool?.stats.doubleReleases, 0, 'no orphaned reply frame given back twice');
   t.deepEqual(gauges(g), before);
   t.deepEqual(gauges(g), BASELINE);
 });
