@@ -7,7 +7,7 @@
  */
 import { execFile } from 'node:child_process';
 import type { ExecutionContext } from 'ava';
-import { tsharkFields } from './harness/capture.js';
+import { TSHARK_TCP_PREFS, tsharkFields } from './harness/capture.js';
 import { SIZES, sha256File, writeRandomFile } from './harness/checksum.js';
 import { nfsCatSha256, nfsCopyIn, nfsCopyOut } from './harness/libnfs.js';
 import type { Scenario, ScenarioContext } from './harness/scenario.js';
@@ -22,7 +22,7 @@ function mpaCrcVerdicts(pcap: string): Promise<{ good: number; bad: number }> {
   return new Promise((resolve, reject) => {
     execFile(
       'tshark',
-      ['-r', pcap, '-Y', 'iwarp_mpa.crc_check', '-O', 'iwarp_mpa', '-V'],
+      ['-r', pcap, ...TSHARK_TCP_PREFS, '-Y', 'iwarp_mpa.crc_check', '-O', 'iwarp_mpa', '-V'],
       { encoding: 'utf8', maxBuffer: 256 << 20 },
       (err, stdout, stderr) => {
         if (err) return reject(new Error(`tshark -V: ${stderr || err.message}`));

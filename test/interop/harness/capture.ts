@@ -7,8 +7,15 @@
  *
  * A loopback capture can still lose packets when the two cores are saturated (dumpcap not scheduled while
  * the kernel ring fills): the decode checks then see a call without its reply although the client got it.
- * `stopComplete()` tells that case apart — tshark's own drop count, and TCP sequence gaps Wireshark flags
- * in the file — and throws `CaptureIncompleteError`, which `runScenario` answers by repeating the traffic.
+ * `stopComplete()` tells that case apart — dumpcap's own drop count, and bytes of a TCP stream that no
+ * captured segment holds — and throws `CaptureIncompleteError`, which `runScenario` answers by repeating
+ * the traffic.
+ *
+ * Loopback TCP really does lose and retransmit segments under load (a 1 MiB NFS READ reply from ganesha:
+ * the receiver's duplicate ACKs, then the retransmission, both in the capture). Such a capture holds every
+ * byte, only out of order, so it is complete; Wireshark's `tcp.analysis.lost_segment` flag fires on it all
+ * the same, which is why completeness is judged by byte coverage, and why every dissection here runs with
+ * `tcp.reassemble_out_of_order` (TSHARK_TCP_PREFS) so the RPC record spanning the hole is reassembled.
  */
 import { execFile } from 'node:child_process';
 import { createSocket } from 'node:dgram';
@@ -29,17 +36,34 @@ export class CaptureUnusableError extends Error {
   readonly code: string = 'CAPTURE_UNUSABLE';
 }
 
+/** A stretch of one direction of a TCP stream that no captured segment holds (relative sequence numbers). */
+export interface TcpHole {
+  /** Wireshark's `tcp.stream` index. */
+  stream: number;
+  /** `srcport→dstport` of the direction missing the bytes. */
+  direction: string;
+  /** First missing relative sequence number. */
+  from: number;
+  /** One past the last missing one. */
+  to: number;
+}
+
+function describeHole(h: TcpHole): string {
+  return `stream ${h.stream} ${h.direction} bytes ${h.from}–${h.to}`;
+}
+
 /** The capture file misses packets that were on the wire: a fact about the capture, not the peers. */
 export class CaptureIncompleteError extends CaptureUnusableError {
   override readonly code = 'CAPTURE_INCOMPLETE';
   constructor(
     readonly path: string,
     readonly droppedByKernel: number | undefined,
-    readonly sequenceGaps: number,
+    readonly holes: readonly TcpHole[],
   ) {
     super(
       `capture ${path} is incomplete: dumpcap reported ${droppedByKernel ?? 'no count of'} packets dropped, ` +
-        `Wireshark flags ${sequenceGaps} TCP segments as not captured`,
+        `${holes.length} stretch(es) of TCP stream bytes are in no captured segment` +
+        (holes.length > 0 ? ` (${holes.slice(0, 4).map(describeHole).join('; ')})` : ''),
     );
     this.name = 'CaptureIncompleteError';
   }
@@ -101,9 +125,8 @@ export class Capture {
   }
 
   /**
-   * Stops, then throws `CaptureIncompleteError` if packets are missing: dropped by the kernel (tshark's
-   * count) or visible as TCP sequence gaps (`tcp.analysis.lost_segment`: a segment after a gap;
-   * `tcp.analysis.ack_lost_segment`: an ACK for bytes never seen).
+   * Stops, then throws `CaptureIncompleteError` if packets are missing: dropped by the kernel (dumpcap's
+   * count) or bytes of a TCP stream no captured segment holds (`tcpStreamHoles`).
    */
   async stopComplete(): Promise<void> {
     await this.stop();
@@ -114,9 +137,9 @@ export class Capture {
       // no log: only the file itself can tell
     }
     const dropped = droppedFromLog(log);
-    const gaps = await tcpSequenceGaps(this.path);
-    if (dropped === undefined || dropped > 0 || gaps > 0)
-      throw new CaptureIncompleteError(this.path, dropped, gaps);
+    const holes = await tcpStreamHoles(this.path);
+    if (dropped === undefined || dropped > 0 || holes.length > 0)
+      throw new CaptureIncompleteError(this.path, dropped, holes);
   }
 }
 
@@ -191,12 +214,69 @@ export async function undissectedSendFrames(
   return frames;
 }
 
-/** Packets Wireshark flags as following a gap in, or acknowledging bytes absent from, a TCP stream. */
-export async function tcpSequenceGaps(path: string): Promise<number> {
-  const rows = await tsharkFields(path, 'tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment', [
-    'frame.number',
+/**
+ * Preferences every dissection of a live capture needs: a segment lost on loopback and retransmitted
+ * arrives after the ones that follow it, and without this the RPC record spanning it is never reassembled.
+ */
+export const TSHARK_TCP_PREFS: readonly string[] = ['-o', 'tcp.reassemble_out_of_order:TRUE'];
+
+/**
+ * Every stretch of a TCP stream's sequence space that no captured segment holds, per direction: the gaps
+ * between the captured segments (retransmissions and reordering fill them, so only bytes that are in no
+ * packet at all count), and the bytes beyond the last captured segment that the other side acknowledged.
+ * Sequence numbers are Wireshark's relative ones; SYN and FIN occupy one each (`tcp.nxtseq` counts them).
+ */
+export async function tcpStreamHoles(path: string): Promise<TcpHole[]> {
+  const rows = await tsharkFields(path, 'tcp', [
+    'tcp.stream',
+    'tcp.srcport',
+    'tcp.dstport',
+    'tcp.seq',
+    'tcp.nxtseq',
+    'tcp.ack',
+    'tcp.flags.ack',
   ]);
-  return rows.length;
+  interface Direction {
+    stream: number;
+    direction: string;
+    ranges: [number, number][];
+    /** The highest sequence number the other side acknowledged. */
+    acked: number;
+  }
+  const directions = new Map<string, Direction>();
+  const direction = (stream: number, src: string, dst: string): Direction => {
+    const key = `${stream}/${src}`;
+    let d = directions.get(key);
+    if (d === undefined) {
+      d = { stream, direction: `${src}→${dst}`, ranges: [], acked: 0 };
+      directions.set(key, d);
+    }
+    return d;
+  };
+  for (const [stream, src, dst, seq, nxtseq, ack, ackFlag] of rows) {
+    if (stream.length === 0 || seq.length === 0) continue; // ICMP-quoted TCP headers and the like
+    const s = Number(stream[0]);
+    const from = Number(seq[0]);
+    const to = Number(nxtseq[0] ?? from);
+    if (to > from) direction(s, src[0], dst[0]).ranges.push([from, to]);
+    if (ackFlag[0] === '1' || ackFlag[0] === 'True') {
+      const back = direction(s, dst[0], src[0]);
+      back.acked = Math.max(back.acked, Number(ack[0]));
+    }
+  }
+  const holes: TcpHole[] = [];
+  for (const d of directions.values()) {
+    d.ranges.sort((a, b) => a[0] - b[0]);
+    // The stream starts where the capture first saw it: the SYN when the capture began before it.
+    let covered = d.ranges.length > 0 ? d.ranges[0][0] : d.acked;
+    for (const [from, to] of d.ranges) {
+      if (from > covered) holes.push({ stream: d.stream, direction: d.direction, from: covered, to: from });
+      covered = Math.max(covered, to);
+    }
+    if (d.acked > covered && d.ranges.length > 0)
+      holes.push({ stream: d.stream, direction: d.direction, from: covered, to: d.acked });
+  }
+  return holes;
 }
 
 /**
@@ -210,7 +290,18 @@ export function tsharkFields(
   fields: readonly string[],
   extraArgs: readonly string[] = [],
 ): Promise<string[][][]> {
-  const args = ['-r', path, ...extraArgs, '-Y', displayFilter, '-T', 'fields', '-E', 'separator=\t'];
+  const args = [
+    '-r',
+    path,
+    ...TSHARK_TCP_PREFS,
+    ...extraArgs,
+    '-Y',
+    displayFilter,
+    '-T',
+    'fields',
+    '-E',
+    'separator=\t',
+  ];
   args.push('-E', 'occurrence=a', '-E', 'aggregator=|');
   for (const f of fields) args.push('-e', f);
   return new Promise((resolve, reject) => {
