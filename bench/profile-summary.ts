@@ -2,45 +2,25 @@
  * `node dist/bench/profile-summary.js DIR|FILE.cpuprofile [--top N]`: where the time goes in V8 CPU
  * profiles written by `npm run bench -- --profile` (node --cpu-prof). Prints, per profile, the self time
  * of the top functions and of the top source files, as a share of the samples. A flame graph of the same
- * file: open it in Chrome DevTools or speedscope; this summary is what docs/performance.md quotes.
+ * file: `node dist/bench/flamegraph.js` (or Chrome DevTools, speedscope); this summary is what
+ * docs/performance.md quotes.
  */
-import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { basename, join, relative } from 'node:path';
+import { readdirSync, statSync } from 'node:fs';
+import { basename, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-
-interface CallFrame {
-  functionName: string;
-  url: string;
-  lineNumber: number;
-}
-
-interface ProfileNode {
-  id: number;
-  callFrame: CallFrame;
-}
-
-interface CpuProfile {
-  nodes: ProfileNode[];
-  startTime: number;
-  endTime: number;
-  samples: number[];
-  timeDeltas: number[];
-}
+import {
+  type CpuProfile,
+  frameLabel,
+  type ProfileNode,
+  readCpuProfile,
+  selfMicrosByNode,
+  shortUrl,
+} from './cpuprofile.js';
 
 export interface SelfTime {
   name: string;
   micros: number;
   share: number;
-}
-
-function shortUrl(url: string): string {
-  if (url === '') return '(native)';
-  const path = url.replace(/^file:\/\//, '');
-  const at = path.indexOf('/dist/');
-  if (at >= 0) return path.slice(at + 6);
-  const nm = path.indexOf('/node_modules/');
-  if (nm >= 0) return path.slice(nm + 1);
-  return relative(process.cwd(), path) || path;
 }
 
 /** Self time per function and per file, largest first. */
@@ -50,15 +30,14 @@ export function summarise(profile: CpuProfile): { total: number; functions: Self
   const fn = new Map<string, number>();
   const file = new Map<string, number>();
   let total = 0;
-  for (let i = 0; i < profile.samples.length; i++) {
-    const node = byId.get(profile.samples[i]);
-    const dt = profile.timeDeltas[i] ?? 0;
-    if (!node || dt <= 0) continue;
+  for (const [id, dt] of selfMicrosByNode(profile)) {
+    const node = byId.get(id);
+    if (!node) continue;
     const cf = node.callFrame;
     total += dt;
     if (cf.functionName === '(idle)') continue;
+    const key = frameLabel(cf);
     const where = shortUrl(cf.url);
-    const key = `${cf.functionName || '(anonymous)'} ${where}${cf.url ? `:${cf.lineNumber + 1}` : ''}`;
     fn.set(key, (fn.get(key) ?? 0) + dt);
     file.set(where, (file.get(where) ?? 0) + dt);
   }
@@ -81,7 +60,7 @@ function main(): void {
         .map((f) => join(target, f))
     : [target];
   for (const f of files) {
-    const s = summarise(JSON.parse(readFileSync(f, 'utf8')) as CpuProfile);
+    const s = summarise(readCpuProfile(f));
     const idle = s.total - s.functions.reduce((a, x) => a + x.micros, 0);
     process.stdout.write(
       `\n## ${basename(f)}: ${(s.total / 1e6).toFixed(1)} s sampled, ${((100 * idle) / Math.max(1, s.total)).toFixed(0)}% idle\n`,

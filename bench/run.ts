@@ -2,14 +2,16 @@
  * `npm run bench [-- --quick] [-- --only NAME[,NAME]] [-- --profile]`: runs every suite in a fixed order
  * (the micro-benchmarks, then the end-to-end scenarios, then NFS: docs/performance.md), prints a readable
  * table on stderr and the JSON on stdout, and writes bench/results/<timestamp>.json. `--profile` runs the
- * gateway and responder processes under `node --cpu-prof` (profiles in bench/results/profiles/<timestamp>/;
- * `node dist/bench/profile-summary.js DIR` lists where the time goes).
+ * gateway and responder processes under `node --cpu-prof` (profiles in bench/results/profiles/<timestamp>/,
+ * each with its flame graph as SVG beside it; `node dist/bench/profile-summary.js DIR` lists where the time
+ * goes).
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, release, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { writeFlameGraphs } from './flamegraph.js';
 import { type BenchContext, type BenchRow, type Suite, table } from './harness.js';
 import { suites } from './suites/index.js';
 
@@ -51,6 +53,10 @@ async function main(): Promise<void> {
   const file = join(dir, `${stamp}.json`);
   writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
   process.stderr.write(`\n${table(rows)}\n\nwritten to ${file}\n`);
+  if (ctx.profileDir !== undefined && existsSync(ctx.profileDir)) {
+    const graphs = writeFlameGraphs(ctx.profileDir);
+    process.stderr.write(`${graphs} flame graphs (SVG) beside the CPU profiles in ${ctx.profileDir}\n`);
+  }
   process.stdout.write(`${JSON.stringify(result)}\n`);
 }
 

@@ -33,6 +33,7 @@ const MiB = 1 << 20;
 const REPLY_DATA = 28;
 const DEPTHS = [1, 16, 128];
 const SIZES = [0, 4096, MiB];
+const ROUNDS = 3;
 
 function sourceCall(xid: number, n: number): TransportCall {
   const m = Buffer.alloc(48);
@@ -284,12 +285,21 @@ export const transportSuite: Suite = {
   name: 'transport',
   async run(ctx: BenchContext): Promise<BenchRow[]> {
     const rows: BenchRow[] = [];
-    const seconds = ctx.quick ? 0.3 : Math.min(ctx.seconds, 1.5);
+    // Baseline and subject alternate in ROUNDS short rounds, and the best of each counts: on this shared
+    // VM a 1 MiB copy's speed swings by 2x within minutes (the bare-verbs baseline measured 1.8k and 4.2k
+    // calls/s in one run when each was measured once), and a spike must not land on one side only.
+    const rounds = ctx.quick ? 1 : ROUNDS;
+    const seconds = ctx.quick ? 0.3 : Math.min(ctx.seconds, 1.5) / ROUNDS;
     for (const size of SIZES) {
       for (const depth of DEPTHS) {
         ctx.log(`[transport] ${label(size)} × ${depth} outstanding`);
-        const [base, baseBytes] = await runBaseline(depth, size, seconds);
-        const [rate, bytes] = await runTransport(depth, size, seconds);
+        let [base, baseBytes, rate, bytes] = [0, 0, 0, 0];
+        for (let round = 0; round < rounds; round++) {
+          const [b, bb] = await runBaseline(depth, size, seconds);
+          if (b > base) [base, baseBytes] = [b, bb];
+          const [r, rb] = await runTransport(depth, size, seconds);
+          if (r > rate) [rate, bytes] = [r, rb];
+        }
         const target = { of: 'ratio' as const, op: '>=' as const, value: size === MiB ? 0.7 : 0.3 };
         rows.push(
           row({
@@ -299,7 +309,7 @@ export const transportSuite: Suite = {
             unit: 'calls/s',
             baseline: { name: 'bare verbs Send+Write+Send', value: base },
             target,
-            extra: { GBps: bytes / 1e9, baselineGBps: baseBytes / 1e9 },
+            extra: { GBps: bytes / 1e9, baselineGBps: baseBytes / 1e9, rounds, best: true },
           }),
         );
       }

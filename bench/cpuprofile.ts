@@ -1,0 +1,88 @@
+/**
+ * V8 CPU profiles (`node --cpu-prof`, the `.cpuprofile` JSON DevTools reads) as the benchmark tools see
+ * them: the node tree, the samples with their time deltas, and short names for the code's location.
+ * `profile-summary` (self time per function and file) and `flamegraph` (the SVG) both read through here.
+ */
+import { readFileSync } from 'node:fs';
+import { relative } from 'node:path';
+
+export interface CallFrame {
+  functionName: string;
+  url: string;
+  /** 0-based, as V8 writes it. */
+  lineNumber: number;
+  columnNumber?: number;
+}
+
+export interface ProfileNode {
+  id: number;
+  callFrame: CallFrame;
+  /** Ids of the callees (absent on leaves). */
+  children?: number[];
+}
+
+export interface CpuProfile {
+  nodes: ProfileNode[];
+  startTime: number;
+  endTime: number;
+  /** The node on top of the stack at each sample. */
+  samples: number[];
+  /** Microseconds from the previous sample (the first from `startTime`). */
+  timeDeltas: number[];
+}
+
+/** Reads and checks a `.cpuprofile`: a clear error naming the file when it is not one. */
+export function readCpuProfile(path: string): CpuProfile {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(readFileSync(path, 'utf8'));
+  } catch (err) {
+    throw new Error(`${path}: not a readable JSON CPU profile (${(err as Error).message})`);
+  }
+  const p = parsed as Partial<CpuProfile>;
+  if (
+    !Array.isArray(p.nodes) ||
+    !Array.isArray(p.samples) ||
+    !Array.isArray(p.timeDeltas) ||
+    p.samples.length !== p.timeDeltas.length
+  ) {
+    throw new Error(
+      `${path}: not a V8 CPU profile (needs nodes, and samples and timeDeltas of equal length)`,
+    );
+  }
+  return p as CpuProfile;
+}
+
+/** Where a function lives, short: the path under `dist/`, under `node_modules/`, or Node's own `node:x`. */
+export function shortUrl(url: string): string {
+  if (url === '') return '(native)';
+  const path = url.replace(/^file:\/\//, '');
+  const at = path.indexOf('/dist/');
+  if (at >= 0) return path.slice(at + 6);
+  const nm = path.indexOf('/node_modules/');
+  if (nm >= 0) return path.slice(nm + 1);
+  return relative(process.cwd(), path) || path;
+}
+
+/** `name file:line` (1-based line), the key both tools group by. */
+export function frameLabel(cf: CallFrame): string {
+  return `${cf.functionName || '(anonymous)'} ${shortUrl(cf.url)}${cf.url ? `:${cf.lineNumber + 1}` : ''}`;
+}
+
+/**
+ * Microseconds of samples per node id (a sample's weight is its time delta; non-positive ones count 0).
+ * `skipMicros` leaves out the samples taken in the profile's first microseconds: a process's start-up and
+ * warm-up, before the measured window.
+ */
+export function selfMicrosByNode(profile: CpuProfile, skipMicros = 0): Map<number, number> {
+  const self = new Map<number, number>();
+  let at = 0;
+  for (let i = 0; i < profile.samples.length; i++) {
+    const dt = profile.timeDeltas[i] ?? 0;
+    at += dt;
+    if (dt <= 0 || at <= skipMicros) continue;
+    const id = profile.samples[i];
+    self.set(id, (self.get(id) ?? 0) + dt);
+  }
+  return self;
+}
