@@ -156,6 +156,7 @@ export function flameGraphSvg(profile: CpuProfile, o: FlameGraphOptions = {}): s
   const out: string[] = [];
   out.push(
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="monospace" font-size="11">`,
+    `<title>${escapeXml(o.title ?? 'CPU flame graph')}</title>`,
     `<rect width="100%" height="100%" fill="#fdfdf8"/>`,
     `<text x="${width / 2}" y="18" text-anchor="middle" font-size="14" font-family="sans-serif">${escapeXml(o.title ?? 'CPU flame graph')}</text>`,
     `<text x="${width / 2}" y="34" text-anchor="middle" font-size="11" font-family="sans-serif" fill="#555">${escapeXml(
