@@ -7,6 +7,12 @@
  * (busy clients alone, then with the idle ones: RSS is sampled before any bulk workload left garbage),
  * then the workloads below in the order listed. Rows compare each chain with the haproxy chain (the
  * haproxy chain with direct). BENCH_CHAINS and BENCH_WORKLOADS (comma-separated ids; `busy` is the idle pair) select a subset.
+ *
+ * The haproxy chain is the baseline of every target, and its rate moves between runs more than the
+ * gateway's does (NULL at 64 outstanding: 162k to 245k calls/s in four runs of one day, the gateway chains
+ * 100k to 128k in all of them). So after the last chain it is started again and the targeted workloads
+ * measured a second time (`REPEATED`), and the better of its two measurements is the baseline: a slow
+ * baseline can no longer make a target look met.
  */
 import { TEST_PROGRAM, TEST_VERSION } from '../../gateway/test-program/constants.js';
 import { type BenchContext, type BenchRow, row, type Suite, type Target } from '../harness.js';
@@ -62,6 +68,11 @@ export const WORKLOADS: readonly Workload[] = [
     unit: 'ops/s',
   },
 ];
+
+/** The workloads with a throughput target: the haproxy chain measures them twice (see the module comment). */
+export const REPEATED: readonly string[] = ['null-c64', 'sink1m-c8', 'source1m-c8'];
+/** Results key suffix of the haproxy chain's second measurement. */
+export const AGAIN = '#again';
 
 /** 64 busy clients (one NULL outstanding each), measured without and then with this many idle clients. */
 export const BUSY_CLIENTS = 64;
@@ -201,16 +212,32 @@ function extraOf(chainId: string, w: { id: string; ops: OpSpec[] }, m: Measured)
   };
 }
 
+/**
+ * A chain's measurement of a workload; for the haproxy chain measured twice, the better one (higher
+ * throughput) and, for the p99 target, the lower p99 of the two.
+ */
+function bestOf(results: Map<string, Measured>, chain: string, w: Workload): Measured | undefined {
+  const first = results.get(`${chain}/${w.id}`);
+  const again = results.get(`${chain}/${w.id}${AGAIN}`);
+  if (!again?.result) return first;
+  if (!first?.result) return again;
+  return throughput(w, again.result) > throughput(w, first.result) ? again : first;
+}
+
 export function buildRows(plan: Plan, results: Map<string, Measured>): BenchRow[] {
   const rows: BenchRow[] = [];
-  const get = (chain: string, w: string) => results.get(`${chain}/${w}`)?.result;
   for (const w of WORKLOADS) {
+    const get = (chain: string) => bestOf(results, chain, w)?.result;
     for (const chainId of plan.chainIds) {
-      const m = results.get(`${chainId}/${w.id}`);
+      const m = bestOf(results, chainId, w);
       if (!m) continue;
       const r = m.result;
       const baseName = chainId === 'direct' ? undefined : chainId === 'haproxy' ? 'direct' : 'haproxy';
-      const base = baseName ? get(baseName, w.id) : undefined;
+      const base = baseName ? get(baseName) : undefined;
+      const again = results.get(`${chainId}/${w.id}${AGAIN}`)?.result;
+      const first = results.get(`${chainId}/${w.id}`)?.result;
+      const runs =
+        again && first ? { runs: [throughput(w, first), throughput(w, again)], best: true } : undefined;
       rows.push(
         row({
           suite: 'scenarios',
@@ -219,15 +246,18 @@ export function buildRows(plan: Plan, results: Map<string, Measured>): BenchRow[
           unit: w.unit,
           baseline: base && baseName ? { name: baseName, value: throughput(w, base) } : undefined,
           target: targetFor(chainId, w.id),
-          extra: extraOf(chainId, w, m),
+          extra: { ...extraOf(chainId, w, m), ...runs },
         }),
       );
     }
     if (w.id !== 'null-c64') continue;
-    // The latency target: p99 at 64 outstanding within 2x the haproxy chain's.
-    const hp = get('haproxy', w.id);
+    // The latency target: p99 at 64 outstanding within 2x the haproxy chain's (its lower p99 if measured twice).
+    const p99s = [results.get(`haproxy/${w.id}`), results.get(`haproxy/${w.id}${AGAIN}`)]
+      .map((m) => m?.result?.latencyUs.p99)
+      .filter((p): p is number => p !== undefined);
+    const hp = p99s.length > 0 ? { latencyUs: { p99: Math.min(...p99s) } } : undefined;
     for (const chainId of plan.chainIds.filter((c) => c.startsWith('gw-'))) {
-      const r = get(chainId, w.id);
+      const r = get(chainId);
       if (!r) continue;
       rows.push(
         row({
@@ -297,7 +327,7 @@ export const scenarioSuite: Suite = {
     const world = new BenchWorld(benchTempDir('scenarios'));
     const results = new Map<string, Measured>();
     const perRun = plan.seconds + plan.warmup + 0.6;
-    const steps: { chain: string; id: string; weight: number }[] = [];
+    const steps: { chain: string; id: string; weight: number; again?: boolean }[] = [];
     for (const c of plan.chainIds) {
       steps.push({ chain: c, id: '(start)', weight: 2 });
       // The idle pair first, on the fresh chain: after the 1 MiB workloads the processes hold garbage that
@@ -309,6 +339,11 @@ export const scenarioSuite: Suite = {
       }
       for (const w of plan.workloadIds) steps.push({ chain: c, id: w, weight: perRun });
     }
+    const repeated = plan.workloadIds.filter((w) => REPEATED.includes(w));
+    if (!ctx.quick && plan.chainIds.includes('haproxy') && plan.chainIds.some((c) => c.startsWith('gw-'))) {
+      if (repeated.length > 0) steps.push({ chain: 'haproxy', id: '(start)', weight: 2, again: true });
+      for (const w of repeated) steps.push({ chain: 'haproxy', id: w, weight: perRun, again: true });
+    }
     const progress = new Progress(
       'scenarios',
       steps.map((s) => s.weight),
@@ -317,7 +352,7 @@ export const scenarioSuite: Suite = {
       const upstream = await startTestProgram(world, PROBE);
       let chain: Chain | undefined;
       for (const s of steps) {
-        progress.step(`${s.id} via ${chainLabel(s.chain)}`);
+        progress.step(`${s.id} via ${chainLabel(s.chain)}${s.again ? ' (again: the baseline twice)' : ''}`);
         if (s.id === '(start)') {
           try {
             chain = await startChain(world, s.chain, upstream, ctx.profileDir);
@@ -358,10 +393,10 @@ export const scenarioSuite: Suite = {
           ctx.log(
             `\n[scenarios] ${s.id} via ${s.chain}: ${m.result.errors} failed calls (${m.result.firstError})`,
           );
-        results.set(`${s.chain}/${s.id}`, m);
+        results.set(`${s.chain}/${s.id}${s.again ? AGAIN : ''}`, m);
         progress.advance();
-        const last = steps[steps.indexOf(s) + 1];
-        if (!last || last.chain !== s.chain) await chain.stop();
+        const next = steps[steps.indexOf(s) + 1];
+        if (!next || next.chain !== s.chain || next.id === '(start)') await chain.stop();
       }
       progress.finish();
     } finally {
