@@ -46,6 +46,9 @@ function kindOf(url: string): FlameFrame['kind'] {
 }
 
 /** The merged call tree of `profile`, `(idle)` excluded, siblings widest first. */
+/** V8 keeps at most 255 frames of a sampled stack; a profile claiming four times that is not one of its. */
+export const MAX_DEPTH = 1024;
+
 export function buildFlameTree(profile: CpuProfile, skipMicros = 0): FlameTree {
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   const self = selfMicrosByNode(profile, skipMicros);
@@ -53,14 +56,19 @@ export function buildFlameTree(profile: CpuProfile, skipMicros = 0): FlameTree {
   for (const n of profile.nodes) for (const c of n.children ?? []) isChild.add(c);
   const root: FlameFrame = { label: 'all', total: 0, self: 0, kind: 'v8', children: [] };
   let idle = 0;
-  // Map each V8 node onto the merged frame of its label under its parent's merged frame. (Recursion depth
-  // elsewhere is bounded: V8 samples at most 255 frames of a stack.)
-  const stack: { id: number; parent: FlameFrame; topLevel: boolean }[] = [];
+  // Map each V8 node onto the merged frame of its label under its parent's merged frame. The walk refuses
+  // what is not a tree (a node reached twice would loop or count its samples twice) and stacks deeper than
+  // MAX_DEPTH, which bounds the recursion of the passes below.
+  const stack: { id: number; parent: FlameFrame; topLevel: boolean; depth: number }[] = [];
   for (const n of profile.nodes)
-    if (!isChild.has(n.id)) stack.push({ id: n.id, parent: root, topLevel: true });
+    if (!isChild.has(n.id)) stack.push({ id: n.id, parent: root, topLevel: true, depth: 0 });
   const childIndex = new Map<FlameFrame, Map<string, FlameFrame>>();
+  const seen = new Set<number>();
   while (stack.length > 0) {
-    const { id, parent, topLevel } = stack.pop()!;
+    const { id, parent, topLevel, depth } = stack.pop()!;
+    if (seen.has(id)) throw new Error(`not a call tree: node ${id} is reached twice`);
+    seen.add(id);
+    if (depth > MAX_DEPTH) throw new Error(`not a V8 call tree: a stack deeper than ${MAX_DEPTH} frames`);
     const node = byId.get(id);
     if (node === undefined) continue;
     const cf = node.callFrame;
@@ -85,7 +93,8 @@ export function buildFlameTree(profile: CpuProfile, skipMicros = 0): FlameTree {
       }
     }
     frame.self += self.get(id) ?? 0;
-    for (const c of node.children ?? []) stack.push({ id: c, parent: frame, topLevel: false });
+    for (const c of node.children ?? [])
+      stack.push({ id: c, parent: frame, topLevel: false, depth: depth + 1 });
   }
   const totals = (f: FlameFrame): number => {
     let t = f.self;
@@ -211,10 +220,14 @@ export function writeFlameGraphs(
   for (const f of files) {
     const out = !dir && o.out !== undefined ? o.out : `${f.replace(/\.cpuprofile$/, '')}.svg`;
     const { skipSeconds, minFramePx } = o;
-    writeFileSync(
-      out,
-      flameGraphSvg(readCpuProfile(f), { title: o.title ?? basename(f), skipSeconds, minFramePx }),
-    );
+    let svg: string;
+    try {
+      svg = flameGraphSvg(readCpuProfile(f), { title: o.title ?? basename(f), skipSeconds, minFramePx });
+    } catch (err) {
+      // Several profiles are rendered in one call: say which one is bad.
+      throw new Error(`${f}: ${(err as Error).message}`, { cause: err });
+    }
+    writeFileSync(out, svg);
   }
   return files.length;
 }

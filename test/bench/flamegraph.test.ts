@@ -123,6 +123,39 @@ test('a file that is not a CPU profile is refused with its name and the reason',
   });
 });
 
+test('a profile that is not a call tree (shared node, cycle, absurd depth) is refused, not looped on', (t) => {
+  const shared = sampleProfile();
+  shared.nodes[4].children = [3];
+  t.throws(() => buildFlameTree(shared), { message: /not a call tree: node 3 is reached twice/ });
+
+  const dir = mkdtempSync(join(tmpdir(), 'flame-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const cycle = sampleProfile();
+  cycle.nodes[2].children = [3];
+  writeFileSync(join(dir, 'cycle.cpuprofile'), JSON.stringify(cycle));
+  t.throws(() => writeFlameGraphs(dir), {
+    message: /cycle\.cpuprofile: not a call tree: node 3 is reached twice/,
+  });
+  t.deepEqual(
+    readdirSync(dir).filter((f) => f.endsWith('.svg')),
+    [],
+    'no SVG is written for it',
+  );
+
+  const deep: CpuProfile = { nodes: [], startTime: 0, endTime: 100, samples: [2000], timeDeltas: [100] };
+  for (let id = 1; id <= 2000; id++)
+    deep.nodes.push({
+      id,
+      callFrame: { functionName: `f${id}`, url: PROJECT, lineNumber: id },
+      children: id < 2000 ? [id + 1] : undefined,
+    });
+  t.throws(() => buildFlameTree(deep), { message: /deeper than 1024 frames/ });
+  deep.nodes.length = 1000;
+  deep.nodes[999].children = undefined;
+  deep.samples = [1000];
+  t.is(buildFlameTree(deep).depth, 1000, 'a deep but plausible stack still renders');
+});
+
 test('a real node --cpu-prof profile renders, with the function that burned the CPU in it', (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'flame-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
