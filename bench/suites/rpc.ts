@@ -33,7 +33,15 @@ function recordStream(recordSize: number, records: number): Buffer[] {
   return chunks;
 }
 
-/** Runs two measurements alternately (three rounds each) and keeps the best of each. */
+/**
+ * Rounds of `interleaved`. The fresh-buffer pair swings with the state of the allocator and the kernel
+ * (whether a freed 1 MiB block is reused or mmapped afresh): within one run a round of either side may go
+ * 3× faster than the next. With three rounds the decoder missed its good state in two runs of six on
+ * 2026-11-26 (ratio 0.31 and 0.37; the others 0.52-0.89); with eight shorter rounds 0.61-0.94 in five.
+ */
+const ROUNDS = 8;
+
+/** Runs two measurements alternately (ROUNDS rounds each, same total time) and keeps the best of each. */
 function interleaved(
   a: () => void,
   b: () => void,
@@ -42,9 +50,9 @@ function interleaved(
 ): [number, number, number[], number[]] {
   const ra: number[] = [];
   const rb: number[] = [];
-  for (let round = 0; round < 3; round++) {
-    ra.push(measureRate(a, seconds / 3, ops));
-    rb.push(measureRate(b, seconds / 3, ops));
+  for (let round = 0; round < ROUNDS; round++) {
+    ra.push(measureRate(a, seconds / ROUNDS, ops));
+    rb.push(measureRate(b, seconds / ROUNDS, ops));
   }
   return [Math.max(...ra), Math.max(...rb), ra, rb];
 }
