@@ -14,7 +14,7 @@ import { summarise } from '../../bench/profile-summary.js';
 import { panels, renderSvg } from '../../bench/report.js';
 import { haproxyConfig } from '../../bench/scenarios/chains.js';
 import { ResourceSampler } from '../../bench/scenarios/resources.js';
-import { AGAIN, buildRows, type Measured, REPEATED } from '../../bench/suites/scenarios.js';
+import { AGAIN, buildRows, type Measured, REPEATED, secondPass } from '../../bench/suites/scenarios.js';
 
 function result(opsPerSec: number, bytesPerSec: number, p99: number): LoadResult {
   return {
@@ -134,6 +134,55 @@ test('the haproxy chain measured twice: the better run is the baseline, its lowe
   t.is(sink.baseline?.value, 0.2, 'the first run was the better one here');
   t.false(sink.met);
   t.deepEqual(REPEATED, ['null-c64', 'sink1m-c8', 'source1m-c8'], 'the workloads with a throughput target');
+});
+
+test('the gateway chains are measured twice too: their better run and their lower p99 decide, the second pass in reverse order', (t) => {
+  const results = new Map<string, Measured>([
+    ['haproxy/null-c64', { result: result(100_000, 0, 1000) }],
+    [`haproxy/null-c64${AGAIN}`, { result: result(90_000, 0, 1200) }],
+    ['gw-v2-p1/null-c64', { result: result(50_000, 0, 3000) }],
+    [`gw-v2-p1/null-c64${AGAIN}`, { result: result(75_000, 0, 2500) }],
+    ['gw-v1-p1/null-c64', { result: result(72_000, 0, 1900) }],
+    [`gw-v1-p1/null-c64${AGAIN}`, { result: result(60_000, 0, 2600) }],
+  ]);
+  const rows = buildRows(
+    {
+      chainIds: ['haproxy', 'gw-v2-p1', 'gw-v1-p1'],
+      seconds: 1,
+      warmup: 0,
+      idle: 0,
+      workloadIds: [],
+      idleRun: false,
+    },
+    results,
+  );
+  const by = (name: string) => rows.find((r) => r.name === name)!;
+  const v2 = by('null-c64 gw-v2-p1');
+  t.is(v2.value, 75_000, 'the second run was the better one');
+  t.is(v2.ratio, 0.75);
+  t.true(v2.met);
+  t.deepEqual(v2.extra?.runs, [50_000, 75_000]);
+  const v1 = by('null-c64 gw-v1-p1');
+  t.is(v1.value, 72_000, 'the first run was the better one');
+  t.is(v1.ratio, 0.72, 'against the faster haproxy run');
+  t.true(v1.met);
+  const v2p99 = by('null-c64 p99 gw-v2-p1');
+  t.is(v2p99.value, 2500, 'the lower p99 of the chain');
+  t.is(v2p99.baseline?.value, 1000, 'against the lower p99 of the haproxy chain');
+  t.is(v2p99.ratio, 2.5);
+  t.false(v2p99.met);
+  t.deepEqual(v2p99.extra?.runs, [3000, 2500]);
+  t.is(by('null-c64 p99 gw-v1-p1').value, 1900, 'its lower p99 came with its faster run');
+  t.true(by('null-c64 p99 gw-v1-p1').met);
+  t.deepEqual(secondPass(['direct', 'haproxy', 'socat', 'gw-v2-p1', 'gw-v2-p4', 'gw-v1-p1', 'gw-v1-p4']), [
+    'gw-v1-p4',
+    'gw-v1-p1',
+    'gw-v2-p4',
+    'gw-v2-p1',
+    'haproxy',
+  ]);
+  t.deepEqual(secondPass(['direct', 'haproxy', 'socat']), [], 'no gateway chain: nothing to compare');
+  t.deepEqual(secondPass(['gw-v2-p1']), [], 'no baseline: nothing to compare');
 });
 
 test('a harness row without a baseline has no ratio and a value target is judged on the value', (t) => {
