@@ -231,6 +231,30 @@ function p99sOf(results: Map<string, Measured>, chain: string, w: Workload): num
     .filter((p): p is number => p !== undefined);
 }
 
+/** The faster (calls/s) of a chain's one or two measurements of the idle pair's `id`. */
+function fasterOf(results: Map<string, Measured>, chain: string, id: string): Measured | undefined {
+  const first = results.get(`${chain}/${id}`);
+  const again = results.get(`${chain}/${id}${AGAIN}`);
+  if (!again?.result) return first;
+  if (!first?.result) return again;
+  return again.result.opsPerSec > first.result.opsPerSec ? again : first;
+}
+
+/** The idle pair's rates in each pass, when the chain ran it twice. */
+function passRates(
+  results: Map<string, Measured>,
+  chain: string,
+): { runs?: number[]; busyAloneRuns?: number[] } {
+  const rates = (id: string) => {
+    const a = results.get(`${chain}/${id}`)?.result;
+    const b = results.get(`${chain}/${id}${AGAIN}`)?.result;
+    return a && b ? [a.opsPerSec, b.opsPerSec] : undefined;
+  };
+  const runs = rates('busy+idle');
+  const busyAloneRuns = rates('busy');
+  return { ...(runs ? { runs } : {}), ...(busyAloneRuns ? { busyAloneRuns } : {}) };
+}
+
 /** A chain's measurement of a workload; for a chain measured twice, the better one (higher throughput). */
 function bestOf(results: Map<string, Measured>, chain: string, w: Workload): Measured | undefined {
   const first = results.get(`${chain}/${w.id}`);
@@ -289,14 +313,21 @@ export function buildRows(plan: Plan, results: Map<string, Measured>): BenchRow[
     }
   }
   for (const chainId of plan.chainIds.filter(hasIdleRun)) {
-    const busy = results.get(`${chainId}/busy`);
-    const withIdle = results.get(`${chainId}/busy+idle`);
+    // Each side of the rate ratio is the better of its chain's passes; the RSS per client is the first
+    // pass's (the second pass's is in `extra.runs`).
+    const busy = fasterOf(results, chainId, 'busy');
+    const withIdle = fasterOf(results, chainId, 'busy+idle');
+    const firstWithIdle = results.get(`${chainId}/busy+idle`);
+    const againWithIdle = results.get(`${chainId}/busy+idle${AGAIN}`);
+    const perClient = (m: Measured | undefined, role: string) =>
+      m?.idleRss ? (m.idleRss.after[role] - m.idleRss.before[role]) / plan.idle : undefined;
     const isGateway = chainId.startsWith('gw-');
     const busyW = { id: `busy${BUSY_CLIENTS}`, ops: one('null') };
-    if (withIdle?.idleRss) {
+    if (firstWithIdle?.idleRss) {
       // The process that holds the clients' connections: the gateway, the first hop, or the server.
       const role = isGateway ? 'gateway' : chainId === 'haproxy' ? 'hop1' : 'server';
-      const { before, after } = withIdle.idleRss;
+      const { before, after } = firstWithIdle.idleRss;
+      const again = perClient(againWithIdle, role);
       rows.push(
         row({
           suite: 'scenarios',
@@ -310,6 +341,7 @@ export function buildRows(plan: Plan, results: Map<string, Measured>): BenchRow[
             idleClients: plan.idle,
             rssBeforeKiB: before,
             rssWithIdleKiB: after,
+            ...(again !== undefined ? { runs: [(after[role] - before[role]) / plan.idle, again] } : {}),
           },
         }),
       );
@@ -328,6 +360,7 @@ export function buildRows(plan: Plan, results: Map<string, Measured>): BenchRow[
           extra: {
             ...extraOf(chainId, { ...busyW, id: `busy${BUSY_CLIENTS}+idle` }, withIdle ?? {}),
             busyAlone: busy ? extraOf(chainId, busyW, busy) : undefined,
+            ...passRates(results, chainId),
           },
         }),
       );
@@ -356,9 +389,16 @@ export const scenarioSuite: Suite = {
       for (const w of plan.workloadIds) steps.push({ chain: c, id: w, weight: perRun });
     }
     const repeated = plan.workloadIds.filter((w) => REPEATED.includes(w));
-    if (!ctx.quick && repeated.length > 0)
+    if (!ctx.quick)
       for (const c of secondPass(plan.chainIds)) {
+        const idlePair = plan.idleRun && hasIdleRun(c) && c.startsWith('gw-');
+        if (repeated.length === 0 && !idlePair) continue;
         steps.push({ chain: c, id: '(start)', weight: 2, again: true });
+        // The gateway's idle pair too (its rate ratio is a target), first again on the fresh chain.
+        if (idlePair) {
+          steps.push({ chain: c, id: 'busy', weight: perRun, again: true });
+          steps.push({ chain: c, id: 'busy+idle', weight: perRun + 3, again: true });
+        }
         for (const w of repeated) steps.push({ chain: c, id: w, weight: perRun, again: true });
       }
     const progress = new Progress(

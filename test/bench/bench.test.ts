@@ -185,6 +185,31 @@ test('the gateway chains are measured twice too: their better run and their lowe
   t.deepEqual(secondPass(['gw-v2-p1']), [], 'no baseline: nothing to compare');
 });
 
+test('the idle pair measured twice: each side of the rate ratio is its better pass, the RSS is the first pass', (t) => {
+  const idle = (kib: number) => ({ before: { gateway: 100_000 }, after: { gateway: 100_000 + 1000 * kib } });
+  const results = new Map<string, Measured>([
+    ['gw-v2-p1/busy', { result: result(30_000, 0, 100) }],
+    ['gw-v2-p1/busy+idle', { result: result(26_000, 0, 100), idleRss: idle(5) }],
+    [`gw-v2-p1/busy${AGAIN}`, { result: result(28_000, 0, 100) }],
+    [`gw-v2-p1/busy+idle${AGAIN}`, { result: result(28_500, 0, 100), idleRss: idle(7) }],
+  ]);
+  const rows = buildRows(
+    { chainIds: ['gw-v2-p1'], seconds: 1, warmup: 0, idle: 1000, workloadIds: [], idleRun: true },
+    results,
+  );
+  const by = (name: string) => rows.find((r) => r.name === name)!;
+  const busy = by('busy64+idle1000 gw-v2-p1');
+  t.is(busy.value, 28_500, 'the faster pass with the idle clients');
+  t.is(busy.baseline?.value, 30_000, 'the faster pass alone');
+  t.is(busy.ratio, 0.95);
+  t.true(busy.met, 'the first pass alone would have read 0.87, not met');
+  t.deepEqual(busy.extra?.runs, [26_000, 28_500]);
+  t.deepEqual(busy.extra?.busyAloneRuns, [30_000, 28_000]);
+  const rss = by('idle1000 RSS/client gw-v2-p1');
+  t.is(rss.value, 5, 'measured on the first pass');
+  t.deepEqual(rss.extra?.runs, [5, 7]);
+});
+
 test('a harness row without a baseline has no ratio and a value target is judged on the value', (t) => {
   const r = row({
     suite: 's',
