@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import test from 'ava';
-import { row } from '../../bench/harness.js';
+import { type BenchRow, row } from '../../bench/harness.js';
 import type { LoadResult } from '../../bench/loadgen/spec.js';
 import { describeOps, payloadBytes, schedule } from '../../bench/loadgen/spec.js';
 import { summarise } from '../../bench/profile-summary.js';
@@ -28,6 +28,16 @@ function result(opsPerSec: number, bytesPerSec: number, p99: number): LoadResult
     histogram: '',
     clientCpuSeconds: 0.5,
   };
+}
+
+/** Builds the rows of `results` for a plan of `chainIds` (idle clients: `idle`, 0 for none). */
+function rowsOf(chainIds: string[], results: Map<string, Measured>, idle = 0): BenchRow[] {
+  return buildRows({ chainIds, seconds: 1, warmup: 0, idle, workloadIds: [], idleRun: idle > 0 }, results);
+}
+
+/** The row named `name` among `rows`. */
+function rowNamed(rows: readonly BenchRow[], name: string): BenchRow {
+  return rows.find((r) => r.name === name)!;
 }
 
 test('schedule interleaves by weight, deterministically and spread out', (t) => {
@@ -76,18 +86,8 @@ test('rows compare the gateway with the haproxy chain of the same run and mark t
       },
     ],
   ]);
-  const rows = buildRows(
-    {
-      chainIds: ['direct', 'haproxy', 'gw-v2-p4'],
-      seconds: 1,
-      warmup: 0,
-      idle: 1000,
-      workloadIds: [],
-      idleRun: true,
-    },
-    results,
-  );
-  const by = (name: string) => rows.find((r) => r.name === name)!;
+  const rows = rowsOf(['direct', 'haproxy', 'gw-v2-p4'], results, 1000);
+  const by = (name: string) => rowNamed(rows, name);
   const nullGw = by('null-c64 gw-v2-p4');
   t.is(nullGw.baseline?.name, 'haproxy');
   t.is(nullGw.ratio, 0.8);
@@ -118,11 +118,8 @@ test('the haproxy chain measured twice: the better run is the baseline, its lowe
     [`haproxy/sink1m-c8${AGAIN}`, { result: result(150, 1.5e8, 2e5) }],
     ['gw-v2-p4/sink1m-c8', { result: result(180, 1.8e8, 1e5) }],
   ]);
-  const rows = buildRows(
-    { chainIds: ['haproxy', 'gw-v2-p4'], seconds: 1, warmup: 0, idle: 0, workloadIds: [], idleRun: false },
-    results,
-  );
-  const by = (name: string) => rows.find((r) => r.name === name)!;
+  const rows = rowsOf(['haproxy', 'gw-v2-p4'], results);
+  const by = (name: string) => rowNamed(rows, name);
   const nullGw = by('null-c64 gw-v2-p4');
   t.is(nullGw.baseline?.value, 60_000, 'the faster of the two haproxy runs');
   t.is(nullGw.ratio, 40_000 / 60_000);
@@ -145,18 +142,8 @@ test('the gateway chains are measured twice too: their better run and their lowe
     ['gw-v1-p1/null-c64', { result: result(72_000, 0, 1900) }],
     [`gw-v1-p1/null-c64${AGAIN}`, { result: result(60_000, 0, 2600) }],
   ]);
-  const rows = buildRows(
-    {
-      chainIds: ['haproxy', 'gw-v2-p1', 'gw-v1-p1'],
-      seconds: 1,
-      warmup: 0,
-      idle: 0,
-      workloadIds: [],
-      idleRun: false,
-    },
-    results,
-  );
-  const by = (name: string) => rows.find((r) => r.name === name)!;
+  const rows = rowsOf(['haproxy', 'gw-v2-p1', 'gw-v1-p1'], results);
+  const by = (name: string) => rowNamed(rows, name);
   const v2 = by('null-c64 gw-v2-p1');
   t.is(v2.value, 75_000, 'the second run was the better one');
   t.is(v2.ratio, 0.75);
@@ -193,11 +180,8 @@ test('the idle pair measured twice: each side of the rate ratio is its better pa
     [`gw-v2-p1/busy${AGAIN}`, { result: result(28_000, 0, 100) }],
     [`gw-v2-p1/busy+idle${AGAIN}`, { result: result(28_500, 0, 100), idleRss: idle(7) }],
   ]);
-  const rows = buildRows(
-    { chainIds: ['gw-v2-p1'], seconds: 1, warmup: 0, idle: 1000, workloadIds: [], idleRun: true },
-    results,
-  );
-  const by = (name: string) => rows.find((r) => r.name === name)!;
+  const rows = rowsOf(['gw-v2-p1'], results, 1000);
+  const by = (name: string) => rowNamed(rows, name);
   const busy = by('busy64+idle1000 gw-v2-p1');
   t.is(busy.value, 28_500, 'the faster pass with the idle clients');
   t.is(busy.baseline?.value, 30_000, 'the faster pass alone');
@@ -227,10 +211,7 @@ test('the chart groups rows by workload and shows every chain and the targets', 
     ['haproxy/null-c64', { result: result(50_000, 0, 2000) }],
     ['gw-v1-p1/null-c64', { result: result(20_000, 0, 9000) }],
   ]);
-  const rows = buildRows(
-    { chainIds: ['haproxy', 'gw-v1-p1'], seconds: 1, warmup: 0, idle: 10, workloadIds: [], idleRun: true },
-    results,
-  );
+  const rows = rowsOf(['haproxy', 'gw-v1-p1'], results, 10);
   const ps = panels(rows);
   t.is(ps.length, 1, 'the p99 row is not a panel of its own');
   t.deepEqual(
