@@ -3,10 +3,13 @@
  * stream (RFC 5040/5041/5044), ORD/IRD accounting and hardware error semantics. The connection
  * (connection.ts) does the MPA exchange and then hands the socket over with `start()`.
  *
- * Transmit: `postSend` only queues and schedules `pump()` in a microtask, so WRs posted in one tick go
- * out in one corked write, and no completion can ever be delivered from inside `postSend`. Send/Write
- * WRs complete when the socket's write callback says the bytes left their buffer; a Read completes when
- * the last Read Response segment was placed. Completions are generated in posting order.
+ * Transmit: `postSend` only queues and schedules `pump()`, so WRs posted in one tick go out in one corked
+ * write, and no completion can ever be delivered from inside `postSend`. The first pump of an event-loop
+ * turn runs in a microtask (no added latency for a lone call); the later ones of the same turn wait for
+ * its check phase, so the Sends of every socket read in one poll phase leave in one write instead of one
+ * write per socket (the idea of Linux's TCP autocorking). Send/Write WRs complete when the socket's
+ * write callback says the bytes left their buffer; a Read completes when the last Read Response segment
+ * was placed. Completions are generated in posting order.
  *
  * Receive: socket chunks are parsed in place by a small state machine; payload goes straight from the
  * chunk into the target buffer (one copy), the CRC runs over the same slices, and the checks whose
@@ -198,6 +201,8 @@ export class SoftQp implements QueuePair {
   private params: StreamParams | undefined;
   private framer: TxFramer | undefined;
   private pumpScheduled = false;
+  /** A pump already ran in a microtask during this event-loop turn; cleared in the turn's check phase. */
+  private pumpedThisTurn = false;
   private blocked = false;
   private canTransmit = false;
   private gotFirstFpdu = false;
@@ -235,6 +240,9 @@ export class SoftQp implements QueuePair {
   private recvHasInv = false;
 
   private readonly pumpBound = (): void => this.pump();
+  private readonly endTurnBound = (): void => {
+    this.pumpedThisTurn = false;
+  };
   private readonly onWritten = (err?: Error | null): void => this.written(err);
   private readonly onDrain = (): void => {
     this.blocked = false;
@@ -386,6 +394,14 @@ export class SoftQp implements QueuePair {
   private schedulePump(): void {
     if (this.pumpScheduled || this.socket === undefined) return;
     this.pumpScheduled = true;
+    if (this.pumpedThisTurn) {
+      // Queued after endTurnBound, so it runs in the same check phase, once every socket read of this
+      // poll phase has posted its WRs.
+      setImmediate(this.pumpBound);
+      return;
+    }
+    this.pumpedThisTurn = true;
+    setImmediate(this.endTurnBound);
     queueMicrotask(this.pumpBound);
   }
 
