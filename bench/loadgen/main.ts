@@ -15,8 +15,9 @@ import { createInterface } from 'node:readline';
 import hdr from 'hdr-histogram-js';
 import { encodeOpaqueParts, encodeSourceArgs, opaqueSize } from '../../gateway/test-program/codec.js';
 import { TEST_PROGRAM, TEST_VERSION, TestProc } from '../../gateway/test-program/constants.js';
-import { parseHostPort } from '../../tcp-frontend/address.js';
-import { RpcClient, type RpcReply } from '../../tcp-frontend/client.js';
+import type { RpcClient, RpcReply } from '../../tcp-frontend/client.js';
+import { connectAll } from './connect.js';
+import { holdIdleClients, type IdleClients } from './idle.js';
 import { type LoadResult, type LoadSpec, type OpSpec, payloadBytes, schedule } from './spec.js';
 
 interface PreparedOp {
@@ -115,22 +116,6 @@ class Run {
   }
 }
 
-async function connectAll(spec: LoadSpec, count: number, depth: number): Promise<RpcClient[]> {
-  const { host, port } = parseHostPort(spec.target);
-  const clients: RpcClient[] = [];
-  // In batches, so that 1,000 connections do not all hit one accept backlog at once.
-  for (let i = 0; i < count; i += 100) {
-    const batch = Math.min(100, count - i);
-    const opened = await Promise.all(
-      Array.from({ length: batch }, () =>
-        RpcClient.connect({ host, port, maxInFlight: depth, maxRecordSize: 8 << 20 }),
-      ),
-    );
-    clients.push(...opened);
-  }
-  return clients;
-}
-
 const stdinLines = createInterface({ input: process.stdin });
 
 /** Tells the runner where we are (`idle-start`, `idle-ready`) and waits until it has sampled memory. */
@@ -151,16 +136,14 @@ async function main(): Promise<void> {
     ),
   );
 
-  let idle: RpcClient[] = [];
+  let idle: IdleClients | undefined;
   if (spec.idle > 0) {
     await handshake('idle-start');
-    idle = await connectAll(spec, spec.idle, 1);
-    // One call each, so that every idle client has been through the whole chain once.
-    await Promise.all(idle.map((c) => c.call(TEST_PROGRAM, TEST_VERSION, TestProc.NULL)));
+    idle = await holdIdleClients(spec.target, spec.idle);
     await handshake('idle-ready');
   }
   stdinLines.close();
-  const clients = await connectAll(spec, spec.connections, spec.depth);
+  const clients: RpcClient[] = await connectAll(spec.target, spec.connections, spec.depth);
   const loops: Promise<void>[] = [];
   for (const c of clients) for (let d = 0; d < spec.depth; d++) loops.push(run.loop(c));
 
@@ -172,8 +155,9 @@ async function main(): Promise<void> {
   run.stopped = true;
   const elapsed = (performance.now() - t0) / 1000;
   const cpu = process.cpuUsage(cpu0);
-  for (const c of [...clients, ...idle]) c.destroy();
+  for (const c of clients) c.destroy();
   await Promise.allSettled(loops);
+  await idle?.release();
 
   const h = run.histogram;
   const result: LoadResult = {

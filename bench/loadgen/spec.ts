@@ -25,7 +25,8 @@ export interface LoadSpec {
   seconds: number;
   warmupSeconds: number;
   /**
-   * Connections opened before the measurement that each make one NULL call and then stay idle. When
+   * Connections opened before the measurement that each make one NULL call and then stay idle; a
+   * process of their own holds them (idle.ts), not the busy generator's loop. When
    * above zero the generator prints `idle-start` on stderr before opening them and `idle-ready` once they
    * are open (each time waiting for a line on stdin), so that the runner can sample the server's memory
    * right before and right after; then it starts the busy load.
