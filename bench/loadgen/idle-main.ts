@@ -23,6 +23,9 @@ async function main(): Promise<number> {
   process.stdout.write('ready\n');
   process.stdin.resume();
   await new Promise((resolve) => process.stdin.once('end', resolve).once('close', resolve));
+  // A close the chain sent just before the end of stdin may be read in the same poll phase, after it;
+  // give those events a moment to be handled so that they are counted.
+  await new Promise((resolve) => setTimeout(resolve, 100));
   const lost = clients.filter((c) => c.closed).length;
   for (const c of clients) c.destroy();
   if (lost > 0) {
