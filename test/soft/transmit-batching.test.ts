@@ -164,3 +164,44 @@ test.serial(
     }
   },
 );
+
+test.serial(
+  'a connection destroyed while Sends wait for the check phase flushes them and writes nothing more',
+  async (t) => {
+    const { pair, recvs } = await pairWithReceives(3);
+    try {
+      await countingWrites(async (writes) => {
+        await new Promise((r) => setTimeout(r, 5));
+        const before = writes();
+        postSend(pair.client, 30, 0x50);
+        await null;
+        await null;
+        postSend(pair.client, 31, 0x51); // deferred to the check phase
+        postSend(pair.client, 32, 0x52);
+        pair.client.conn.destroy();
+        await new Promise((r) => setImmediate(r)); // the deferred pump runs on a dead QP
+        await new Promise((r) => setTimeout(r, 20));
+        t.is(writes() - before, 1, 'only the Send written before the teardown');
+      });
+      const sent = await pair.client.sendCq.take(3);
+      t.deepEqual(
+        sent.map((w) => w.wrId),
+        [30, 31, 32],
+        'completions in posting order',
+      );
+      t.true(
+        sent.slice(1).every((w) => w.status === WcStatus.WR_FLUSH_ERR),
+        'the deferred Sends were flushed, not sent',
+      );
+      const got = await pair.server.recvCq.take(1);
+      t.is(got[0].status, WcStatus.SUCCESS);
+      t.is(recvs[0].g.buf[0], 0x50);
+      t.true(
+        pair.client.regions.every((g) => g.guardsIntact()) &&
+          pair.server.regions.every((g) => g.guardsIntact()),
+      );
+    } finally {
+      await pair.close();
+    }
+  },
+);
