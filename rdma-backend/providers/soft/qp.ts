@@ -395,8 +395,8 @@ export class SoftQp implements QueuePair {
     if (this.pumpScheduled || this.socket === undefined) return;
     this.pumpScheduled = true;
     if (this.pumpedThisTurn) {
-      // Queued after endTurnBound, so it runs in the same check phase, once every socket read of this
-      // poll phase has posted its WRs.
+      // Queued after endTurnBound, so it runs in the check phase that clears the mark, once every
+      // socket read of this poll phase has posted its WRs.
       setImmediate(this.pumpBound);
       return;
     }
