@@ -237,30 +237,46 @@ export function renderMarkdown(result: ResultFile): string {
   }
   lines.push(
     '',
-    "CPU per call (µs, from /proc: utime + stime over the measured window divided by the calls completed), peak RSS (MiB) and, where /proc/PID/io could be read, calls completed per read / write system call (higher: better batching; /proc counts read(2)/write(2)/readv/writev, not haproxy's recv/send, so haproxy shows none):",
+    "CPU per call (µs, from /proc: utime + stime over the measured window divided by the calls completed), the time per call its main thread waited for a CPU while runnable (/proc/PID/schedstat), peak RSS (MiB) and, where /proc/PID/io could be read, calls completed per read / write system call (higher: better batching; /proc counts read(2)/write(2)/readv/writev, not haproxy's recv/send, so haproxy shows none). CPUs busy: the share of the machine's CPU time that was not idle meanwhile (/proc/stat):",
     '',
-    '| workload | chain | p50 | p99 | load generator | per hop / process |',
-    '|---|---|---:|---:|---:|---|',
+    '| workload | chain | p50 | p99 | CPUs busy | load generator | per hop / process |',
+    '|---|---|---:|---:|---:|---:|---|',
   );
   for (const r of result.rows) {
     const x = r.extra as Record<string, unknown> | undefined;
     const calls = x?.calls as number | undefined;
     const res = x?.resources as
-      | Record<string, { cpuSeconds: number; peakRssKiB: number; readCalls?: number; writeCalls?: number }>
+      | Record<
+          string,
+          {
+            cpuSeconds: number;
+            peakRssKiB: number;
+            readCalls?: number;
+            writeCalls?: number;
+            runqueueWaitSeconds?: number;
+          }
+        >
       | undefined;
     const lat = x?.latencyUs as LatencySummary | undefined;
     if (!x || !calls || !res || !lat) continue;
     const hops = Object.entries(res)
       .map(
         ([role, v]) =>
-          `${role} ${((v.cpuSeconds * 1e6) / calls).toFixed(0)} µs, ${(v.peakRssKiB / 1024).toFixed(0)} MiB${perSyscall(calls, v.readCalls, v.writeCalls)}`,
+          `${role} ${((v.cpuSeconds * 1e6) / calls).toFixed(0)} µs${waited(calls, v.runqueueWaitSeconds)}, ${(v.peakRssKiB / 1024).toFixed(0)} MiB${perSyscall(calls, v.readCalls, v.writeCalls)}`,
       )
       .join('; ');
+    const machine = x.machine as { busyFraction: number } | undefined;
+    const busy = machine ? `${(machine.busyFraction * 100).toFixed(0)} %` : '';
     lines.push(
-      `| ${String(x.workload)} | ${String(x.chain ?? x.scenario)} | ${fmtUs(lat.p50)} | ${fmtUs(lat.p99)} | ${(((x.clientCpuSeconds as number) * 1e6) / calls).toFixed(0)} µs | ${hops} |`,
+      `| ${String(x.workload)} | ${String(x.chain ?? x.scenario)} | ${fmtUs(lat.p50)} | ${fmtUs(lat.p99)} | ${busy} | ${(((x.clientCpuSeconds as number) * 1e6) / calls).toFixed(0)} µs | ${hops} |`,
     );
   }
   return `${lines.join('\n')}\n`;
+}
+
+/** ` (waited 1.2 µs)`: run-queue wait per call; nothing for results recorded before it was measured. */
+function waited(calls: number, seconds: number | undefined): string {
+  return seconds === undefined ? '' : ` (waited ${((seconds * 1e6) / calls).toFixed(1)} µs)`;
 }
 
 /** `, 7.1 / 5.3 calls per read / write`, or nothing when the counts were not readable. */

@@ -6,7 +6,10 @@
  *
  * Keeps `connections × depth` calls outstanding for `warmupSeconds + seconds`, records the latency of every
  * call completed in the measured window in an HdrHistogram (1 µs .. 60 s, 3 significant digits), and prints
- * one `LoadResult` as JSON on stdout. Replies are checked cheaply (status, result length, SINK's count):
+ * one `LoadResult` as JSON on stdout. It names each phase on stderr (`idle-start`, `idle-ready` with idle
+ * clients; `measure-start`, `measure-end` around the measured window) and waits for a line on stdin before
+ * going on, so that the runner samples the chain's processes exactly then (`spawn.ts`); by hand, feed it
+ * `yes |`. Replies are checked cheaply (status, result length, SINK's count):
  * the byte-for-byte checks of `TestProgramClient` would make the generator, not the chain, the bottleneck
  * on a 2-core machine; the integration tests verify content.
  */
@@ -118,7 +121,7 @@ class Run {
 
 const stdinLines = createInterface({ input: process.stdin });
 
-/** Tells the runner where we are (`idle-start`, `idle-ready`) and waits until it has sampled memory. */
+/** Tells the runner where we are (see the module comment) and waits until it has sampled the chain. */
 async function handshake(phase: string): Promise<void> {
   process.stderr.write(`${phase}\n`);
   await new Promise<void>((resolve) => stdinLines.once('line', () => resolve()));
@@ -142,12 +145,14 @@ async function main(): Promise<void> {
     idle = await holdIdleClients(spec.target, spec.idle);
     await handshake('idle-ready');
   }
-  stdinLines.close();
   const clients: RpcClient[] = await connectAll(spec.target, spec.connections, spec.depth);
   const loops: Promise<void>[] = [];
   for (const c of clients) for (let d = 0; d < spec.depth; d++) loops.push(run.loop(c));
 
   await new Promise((r) => setTimeout(r, spec.warmupSeconds * 1000));
+  // The chain's CPU is counted over the same window as the calls: not the connections, the warm-up or
+  // the teardown (the calls keep running while the runner samples, so the window stays loaded).
+  await handshake('measure-start');
   const cpu0 = process.cpuUsage();
   const t0 = performance.now();
   run.measuring = true;
@@ -155,6 +160,8 @@ async function main(): Promise<void> {
   run.stopped = true;
   const elapsed = (performance.now() - t0) / 1000;
   const cpu = process.cpuUsage(cpu0);
+  await handshake('measure-end');
+  stdinLines.close();
   for (const c of clients) c.destroy();
   await Promise.allSettled(loops);
   await idle?.release();

@@ -1,7 +1,10 @@
 /**
- * Runs the load generator as its own process and returns its result. With idle clients, `onPhase` runs at
- * `idle-start` (before they open) and at `idle-ready` (once they are all open) — the runner samples the
- * server's memory then — and the generator continues when it resolves.
+ * Runs the load generator as its own process and returns its result. `onPhase` runs at each phase the
+ * generator names, and the generator continues when it resolves:
+ * - with idle clients, `idle-start` (before they open) and `idle-ready` (once they are all open): the
+ *   runner samples the server's memory then;
+ * - always, `measure-start` and `measure-end`: the edges of the window whose calls the result counts, so
+ *   that the chain's CPU is sampled over that same window.
  */
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -9,9 +12,12 @@ import type { LoadResult, LoadSpec } from './spec.js';
 
 const MAIN = fileURLToPath(new URL('./main.js', import.meta.url));
 
+export type LoadPhase = 'idle-start' | 'idle-ready' | 'measure-start' | 'measure-end';
+const PHASES: readonly LoadPhase[] = ['idle-start', 'idle-ready', 'measure-start', 'measure-end'];
+
 export function runLoadgen(
   spec: LoadSpec,
-  onPhase?: (phase: 'idle-start' | 'idle-ready') => Promise<void> | void,
+  onPhase?: (phase: LoadPhase) => Promise<void> | void,
 ): Promise<LoadResult> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [MAIN, '--spec', JSON.stringify(spec)], {
@@ -27,7 +33,7 @@ export function runLoadgen(
     const seen = new Set<string>();
     child.stderr.setEncoding('utf8').on('data', (d: string) => {
       stderr += d;
-      for (const phase of ['idle-start', 'idle-ready'] as const) {
+      for (const phase of PHASES) {
         if (seen.has(phase) || !stderr.includes(`${phase}\n`)) continue;
         seen.add(phase);
         const go = () => child.stdin.write('go\n');

@@ -6,6 +6,13 @@
  * `syscr`/`syscw` count the read(2)/readv(2) and write(2)/writev(2) calls (the VFS paths, which Node.js,
  * libuv and socat use; the socket calls recv/send/recvmsg/sendmsg, which haproxy uses, are not counted):
  * divided by the calls completed they show how well a process batches its socket I/O.
+ *
+ * `/proc/<pid>/schedstat` (the main thread: the event loop of a Node.js process) gives the time the thread
+ * spent runnable but waiting for a CPU (the run queue delay, field 2, in ns) and the timeslices it ran
+ * (field 3). With more busy processes than cores, that wait is what a call pays for each hand-over from
+ * one process to the next; `/proc/stat`'s first line, sampled at the start and the end, says how busy the
+ * machine's CPUs were meanwhile. Together they tell a chain that is short of CPU from one whose processes
+ * queue on one core while the other idles (docs/performance.md, "Where the time goes").
  */
 import { readdirSync, readFileSync } from 'node:fs';
 
@@ -18,6 +25,18 @@ export interface ProcSample {
   /** read/readv and write/writev calls so far (`/proc/<pid>/io`; 0 where it cannot be read). */
   readCalls: number;
   writeCalls: number;
+  /** Main thread: ns waited on a run queue and timeslices run so far (`/proc/<pid>/schedstat`; 0 if unreadable). */
+  runqueueWaitNs: number;
+  timeslices: number;
+}
+
+function readSchedstat(pid: number): { runqueueWaitNs: number; timeslices: number } {
+  try {
+    const [, wait, slices] = readFileSync(`/proc/${pid}/schedstat`, 'utf8').trim().split(' ');
+    return { runqueueWaitNs: Number(wait), timeslices: Number(slices) };
+  } catch {
+    return { runqueueWaitNs: 0, timeslices: 0 }; // a kernel without CONFIG_SCHED_INFO, or gone
+  }
 }
 
 function readIo(pid: number): { readCalls: number; writeCalls: number } {
@@ -40,7 +59,12 @@ function readPid(pid: number): ProcSample | undefined {
     const ticks = Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14]);
     const status = readFileSync(`/proc/${pid}/status`, 'utf8');
     const rss = /VmRSS:\s+(\d+) kB/.exec(status);
-    return { cpuSeconds: ticks / CLOCK_TICKS, rssKiB: rss ? Number(rss[1]) : 0, ...readIo(pid) };
+    return {
+      cpuSeconds: ticks / CLOCK_TICKS,
+      rssKiB: rss ? Number(rss[1]) : 0,
+      ...readIo(pid),
+      ...readSchedstat(pid),
+    };
   } catch {
     return undefined; // exited meanwhile
   }
@@ -65,7 +89,14 @@ function groupMembers(pgid: number): number[] {
 /** One sample of a process, or of its whole process group when `group` is set. */
 export function sample(pid: number, group = false): ProcSample {
   const pids = group ? groupMembers(pid) : [pid];
-  const total: ProcSample = { cpuSeconds: 0, rssKiB: 0, readCalls: 0, writeCalls: 0 };
+  const total: ProcSample = {
+    cpuSeconds: 0,
+    rssKiB: 0,
+    readCalls: 0,
+    writeCalls: 0,
+    runqueueWaitNs: 0,
+    timeslices: 0,
+  };
   for (const p of pids) {
     const s = readPid(p);
     if (!s) continue;
@@ -73,8 +104,32 @@ export function sample(pid: number, group = false): ProcSample {
     total.rssKiB += s.rssKiB;
     total.readCalls += s.readCalls;
     total.writeCalls += s.writeCalls;
+    total.runqueueWaitNs += s.runqueueWaitNs;
+    total.timeslices += s.timeslices;
   }
   return total;
+}
+
+/** CPU time of the whole machine so far, in clock ticks: all of it, and the idle part (idle + iowait). */
+interface CpuTimes {
+  total: number;
+  idle: number;
+  cpus: number;
+}
+
+function readCpuTimes(): CpuTimes {
+  const stat = readFileSync('/proc/stat', 'utf8');
+  const first = stat.slice(0, stat.indexOf('\n')).trim().split(/\s+/).slice(1).map(Number);
+  // user nice system idle iowait irq softirq steal (guest and guest_nice are already in user and nice).
+  const total = first.slice(0, 8).reduce((a, b) => a + b, 0);
+  const cpus = (stat.match(/^cpu\d+ /gm) ?? []).length;
+  return { total, idle: first[3] + first[4], cpus };
+}
+
+export interface MachineFigures {
+  cpus: number;
+  /** Share of all CPUs' time spent busy (not idle, not waiting for I/O) between start and stop, 0..1. */
+  busyFraction: number;
 }
 
 export interface Watched {
@@ -91,14 +146,21 @@ export interface ResourceFigures {
   /** read/readv and write/writev calls made meanwhile (live members only for a group). */
   readCalls: number;
   writeCalls: number;
+  /** Seconds the main thread was runnable but waiting for a CPU, and the timeslices it ran, meanwhile. */
+  runqueueWaitSeconds: number;
+  timeslices: number;
 }
 
 /**
- * Samples `watched` every `intervalMs` until `stop()`, which returns, per role, the CPU seconds used and
- * the peak RSS seen in between.
+ * Samples `watched` every `intervalMs` until `stop()`, which returns, per role, the CPU seconds used (since
+ * construction or the last `restart()`) and the peak RSS seen in between; `machine()` then tells how busy
+ * the machine's CPUs were over the same span.
  */
 export class ResourceSampler {
   private readonly start = new Map<string, ProcSample>();
+  private readonly startRss = new Map<string, number>();
+  private cpuStart = readCpuTimes();
+  private cpuEnd: CpuTimes | undefined;
   private readonly peak = new Map<string, number>();
   private readonly timer: NodeJS.Timeout;
 
@@ -109,9 +171,19 @@ export class ResourceSampler {
     for (const w of watched) {
       const s = sample(w.pid, w.group);
       this.start.set(w.role, s);
+      this.startRss.set(w.role, s.rssKiB);
       this.peak.set(w.role, s.rssKiB);
     }
     this.timer = setInterval(() => this.tick(), intervalMs);
+  }
+
+  /**
+   * Counts CPU time, system calls, run-queue wait and the machine's busy time from now on (the start of a
+   * measured window); the peak and starting RSS still cover the whole run.
+   */
+  restart(): void {
+    for (const w of this.watched) this.start.set(w.role, sample(w.pid, w.group));
+    this.cpuStart = readCpuTimes();
   }
 
   private tick(): void {
@@ -124,6 +196,7 @@ export class ResourceSampler {
   stop(): Record<string, ResourceFigures> {
     clearInterval(this.timer);
     this.tick();
+    this.cpuEnd = readCpuTimes();
     const out: Record<string, ResourceFigures> = {};
     for (const w of this.watched) {
       const end = sample(w.pid, w.group);
@@ -131,11 +204,21 @@ export class ResourceSampler {
       out[w.role] = {
         cpuSeconds: Math.max(0, end.cpuSeconds - start.cpuSeconds),
         peakRssKiB: this.peak.get(w.role) ?? end.rssKiB,
-        startRssKiB: start.rssKiB,
+        startRssKiB: this.startRss.get(w.role) ?? start.rssKiB,
         readCalls: Math.max(0, end.readCalls - start.readCalls),
         writeCalls: Math.max(0, end.writeCalls - start.writeCalls),
+        runqueueWaitSeconds: Math.max(0, end.runqueueWaitNs - start.runqueueWaitNs) / 1e9,
+        timeslices: Math.max(0, end.timeslices - start.timeslices),
       };
     }
     return out;
+  }
+
+  /** How busy the CPUs were between construction and `stop()`. */
+  machine(): MachineFigures {
+    if (!this.cpuEnd) throw new Error('ResourceSampler.machine() before stop()');
+    const total = this.cpuEnd.total - this.cpuStart.total;
+    const idle = this.cpuEnd.idle - this.cpuStart.idle;
+    return { cpus: this.cpuEnd.cpus, busyFraction: total > 0 ? 1 - idle / total : 0 };
   }
 }

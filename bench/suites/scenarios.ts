@@ -31,7 +31,12 @@ import {
   socatChain,
   startTestProgram,
 } from '../scenarios/chains.js';
-import { type ResourceFigures, ResourceSampler, sample } from '../scenarios/resources.js';
+import {
+  type MachineFigures,
+  type ResourceFigures,
+  ResourceSampler,
+  sample,
+} from '../scenarios/resources.js';
 import { benchTempDir } from '../scenarios/temp.js';
 
 const KiB = 1024;
@@ -90,6 +95,8 @@ const GATEWAYS: GatewayOptions[] = [
 export interface Measured {
   result?: LoadResult;
   resources?: Record<string, ResourceFigures>;
+  /** How busy the machine's CPUs were while the workload ran (every process, not only the chain's). */
+  machine?: MachineFigures;
   error?: string;
   /** Idle runs: RSS (KiB) per role just before the idle clients opened and once they were all open. */
   idleRss?: { before: Record<string, number>; after: Record<string, number> };
@@ -137,14 +144,21 @@ async function measure(chain: Chain, spec: LoadSpec): Promise<Measured> {
   try {
     const before: Record<string, number> = {};
     const after: Record<string, number> = {};
+    let resources: Record<string, ResourceFigures> | undefined;
     const result = await runLoadgen(spec, async (phase) => {
+      if (phase === 'measure-start') return sampler.restart();
+      if (phase === 'measure-end') {
+        resources = sampler.stop();
+        return;
+      }
       // Let the previous connections' buffers settle (and be collected) before each sample.
       await new Promise((r) => setTimeout(r, 500));
       const into = phase === 'idle-start' ? before : after;
       for (const w of chain.watched) into[w.role] = sample(w.pid, w.group).rssKiB;
     });
     const idleRss = spec.idle > 0 ? { before, after } : undefined;
-    return { result, resources: sampler.stop(), idleRss };
+    if (!resources) throw new Error('the load generator never announced the end of its measured window');
+    return { result, resources, machine: sampler.machine(), idleRss };
   } catch (err) {
     sampler.stop();
     return { error: err instanceof Error ? err.message : String(err) };
@@ -210,6 +224,7 @@ function extraOf(chainId: string, w: { id: string; ops: OpSpec[] }, m: Measured)
         }
       : {}),
     resources: m.resources,
+    machine: m.machine,
     error: m.error,
   };
 }

@@ -11,7 +11,7 @@ import { type BenchRow, row } from '../../bench/harness.js';
 import type { LoadResult } from '../../bench/loadgen/spec.js';
 import { describeOps, payloadBytes, schedule } from '../../bench/loadgen/spec.js';
 import { summarise } from '../../bench/profile-summary.js';
-import { panels, renderSvg } from '../../bench/report.js';
+import { panels, renderMarkdown, renderSvg } from '../../bench/report.js';
 import { haproxyConfig } from '../../bench/scenarios/chains.js';
 import { ResourceSampler } from '../../bench/scenarios/resources.js';
 import { AGAIN, buildRows, type Measured, REPEATED, secondPass } from '../../bench/suites/scenarios.js';
@@ -269,4 +269,130 @@ test('the resource sampler counts the read and write system calls of a process',
   t.true(figures.child.writeCalls >= 201 && figures.child.writeCalls < 260, `${figures.child.writeCalls}`);
   t.true(figures.child.readCalls >= 1 && figures.child.readCalls < 50, `${figures.child.readCalls}`);
   t.true(figures.child.peakRssKiB > 1024);
+});
+
+/** A child that spins for `ms` on CPU 0 (taskset), printing `ready` first and `done` at the end. */
+function spinner(ms: number) {
+  const child = spawn(
+    'taskset',
+    [
+      '-c',
+      '0',
+      process.execPath,
+      '-e',
+      `process.stdin.once('data',()=>{const end=Date.now()+${ms};while(Date.now()<end);process.stdout.write('done\\n');process.stdin.once('data',()=>process.exit(0))});process.stdout.write('ready\\n')`,
+    ],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  );
+  const lines = createInterface({ input: child.stdout });
+  const next = () => new Promise<string>((resolve) => lines.once('line', resolve));
+  return { child, next };
+}
+
+test('the resource sampler measures the run-queue wait of processes that share a CPU, and how busy the machine was', async (t) => {
+  // Two processes spinning on the same CPU for 600 ms each: each is runnable all along, so each waits
+  // for the CPU about as long as the other runs (hundreds of ms). A third process that sleeps waits ~0.
+  const a = spinner(600);
+  const b = spinner(600);
+  const sleeper = spawn(process.execPath, ['-e', 'setTimeout(()=>{},2000)'], { stdio: 'ignore' });
+  t.is(await a.next(), 'ready');
+  t.is(await b.next(), 'ready');
+  const sampler = new ResourceSampler(
+    [
+      { role: 'a', pid: a.child.pid as number, group: false },
+      { role: 'b', pid: b.child.pid as number, group: false },
+      { role: 'sleeper', pid: sleeper.pid as number, group: false },
+    ],
+    10_000,
+  );
+  t.throws(() => sampler.machine(), { message: /before stop/ });
+  a.child.stdin.write('go\n');
+  b.child.stdin.write('go\n');
+  t.is(await a.next(), 'done');
+  t.is(await b.next(), 'done');
+  const figures = sampler.stop();
+  const machine = sampler.machine();
+  for (const s of [a, b]) s.child.stdin.write('exit\n');
+  sleeper.kill();
+  await Promise.all([once(a.child, 'exit'), once(b.child, 'exit')]);
+  const waited = figures.a.runqueueWaitSeconds + figures.b.runqueueWaitSeconds;
+  // 1.2 s of spinning on one CPU in about 1.2 s of wall time: together they waited about 0.6 s.
+  t.true(waited > 0.3, `a ${figures.a.runqueueWaitSeconds} s, b ${figures.b.runqueueWaitSeconds} s`);
+  t.true(figures.a.timeslices > 1 && figures.b.timeslices > 1);
+  t.true(figures.sleeper.runqueueWaitSeconds < 0.05, `sleeper ${figures.sleeper.runqueueWaitSeconds} s`);
+  // One CPU of the machine's was busy the whole time, whatever else ran.
+  t.true(machine.cpus >= 1);
+  t.true(machine.busyFraction >= 0.8 / machine.cpus && machine.busyFraction <= 1, `${machine.busyFraction}`);
+});
+
+test('the Markdown report shows how busy the CPUs were and what each process waited for one per call', (t) => {
+  const base = {
+    suite: 'scenarios',
+    unit: 'ops/s',
+    value: 100_000,
+  };
+  const extra = {
+    workload: 'null-c64',
+    chain: 'gateway V2 pool 1',
+    calls: 400_000,
+    clientCpuSeconds: 1.6,
+    latencyUs: { p50: 600, p90: 900, p99: 1500, p999: 3000, max: 5000, mean: 650 },
+  };
+  const md = renderMarkdown({
+    date: 'd',
+    node: 'v20',
+    platform: 'linux-x64',
+    quick: false,
+    rows: [
+      {
+        ...base,
+        name: 'null-c64 gw-v2-p1',
+        extra: {
+          ...extra,
+          machine: { cpus: 2, busyFraction: 0.694 },
+          resources: {
+            gateway: { cpuSeconds: 2.4, peakRssKiB: 120_000, startRssKiB: 1, runqueueWaitSeconds: 0.6 },
+          },
+        },
+      },
+      // A result file written before these figures existed renders without them.
+      {
+        ...base,
+        name: 'null-c64 old',
+        extra: { ...extra, chain: 'old', resources: { gateway: { cpuSeconds: 2.4, peakRssKiB: 120_000 } } },
+      },
+    ],
+  });
+  const [now] = md.split('\n').filter((l) => l.startsWith('| null-c64 | gateway V2 pool 1 |'));
+  t.regex(now, /\| 69 % \| 4 µs \| gateway 6 µs \(waited 1\.5 µs\), 117 MiB \|$/);
+  const [old] = md.split('\n').filter((l) => l.startsWith('| null-c64 | old |'));
+  t.regex(old, /\| {2}\| 4 µs \| gateway 6 µs, 117 MiB \|$/);
+  t.notRegex(old, /waited/);
+});
+
+test('the resource sampler restarted at the measured window counts only what happened in it', async (t) => {
+  // A child that makes 300 write(2) calls on the first line it reads and 40 on the second.
+  const child = spawn(
+    process.execPath,
+    [
+      '-e',
+      "const fs=require('fs');const fd=fs.openSync('/dev/null','w');let n=0;require('readline').createInterface({input:process.stdin}).on('line',()=>{const k=n++===0?300:40;for(let i=0;i<k;i++)fs.writeSync(fd,'x');if(n===3)process.exit(0);process.stdout.write('done\\n')});process.stdout.write('ready\\n')",
+    ],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  );
+  const lines = createInterface({ input: child.stdout });
+  const next = () => new Promise<string>((resolve) => lines.once('line', resolve));
+  t.is(await next(), 'ready');
+  const sampler = new ResourceSampler([{ role: 'child', pid: child.pid as number, group: false }], 10_000);
+  child.stdin.write('warm-up\n');
+  t.is(await next(), 'done');
+  sampler.restart();
+  child.stdin.write('measured\n');
+  t.is(await next(), 'done');
+  const figures = sampler.stop();
+  child.stdin.write('exit\n');
+  await once(child, 'exit');
+  // The 40 writes to /dev/null and the line on stdout; not the 300 before the restart.
+  t.true(figures.child.writeCalls >= 41 && figures.child.writeCalls < 80, `${figures.child.writeCalls}`);
+  t.true(figures.child.startRssKiB > 1024, 'the starting RSS is still the one seen at construction');
 });
