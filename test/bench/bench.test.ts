@@ -248,16 +248,10 @@ test('profile summary: self time per function, idle excluded from the functions'
 
 test('the resource sampler counts the read and write system calls of a process', async (t) => {
   // A child that makes 200 write(2) calls to /dev/null, then waits to be sampled and stopped.
-  const child = spawn(
-    process.execPath,
-    [
-      '-e',
-      "const fs=require('fs');process.stdin.once('data',()=>{const fd=fs.openSync('/dev/null','w');for(let i=0;i<200;i++)fs.writeSync(fd,'x');process.stdout.write('done\\n');process.stdin.once('data',()=>process.exit(0))});process.stdout.write('ready\\n')",
-    ],
-    { stdio: ['pipe', 'pipe', 'inherit'] },
-  );
-  const lines = createInterface({ input: child.stdout });
-  const next = () => new Promise<string>((resolve) => lines.once('line', resolve));
+  const { child, next } = lineChild(process.execPath, [
+    '-e',
+    "const fs=require('fs');process.stdin.once('data',()=>{const fd=fs.openSync('/dev/null','w');for(let i=0;i<200;i++)fs.writeSync(fd,'x');process.stdout.write('done\\n');process.stdin.once('data',()=>process.exit(0))});process.stdout.write('ready\\n')",
+  ]);
   t.is(await next(), 'ready');
   const sampler = new ResourceSampler([{ role: 'child', pid: child.pid as number, group: false }], 10_000);
   child.stdin.write('go\n');
@@ -271,22 +265,38 @@ test('the resource sampler counts the read and write system calls of a process',
   t.true(figures.child.peakRssKiB > 1024);
 });
 
+/**
+ * A child process whose stdout is read line by line: `next()` resolves with its next line. Lines that
+ * arrive while nobody waits are kept (with two children, one's line can come while the test awaits the
+ * other's).
+ */
+function lineChild(command: string, args: string[]) {
+  const child = spawn(command, args, { stdio: ['pipe', 'pipe', 'inherit'] });
+  const arrived: string[] = [];
+  const waiting: ((line: string) => void)[] = [];
+  createInterface({ input: child.stdout }).on('line', (line) => {
+    const waiter = waiting.shift();
+    if (waiter) waiter(line);
+    else arrived.push(line);
+  });
+  const next = () =>
+    new Promise<string>((resolve) => {
+      const line = arrived.shift();
+      if (line !== undefined) resolve(line);
+      else waiting.push(resolve);
+    });
+  return { child, next };
+}
+
 /** A child that spins for `ms` on CPU 0 (taskset), printing `ready` first and `done` at the end. */
 function spinner(ms: number) {
-  const child = spawn(
-    'taskset',
-    [
-      '-c',
-      '0',
-      process.execPath,
-      '-e',
-      `process.stdin.once('data',()=>{const end=Date.now()+${ms};while(Date.now()<end);process.stdout.write('done\\n');process.stdin.once('data',()=>process.exit(0))});process.stdout.write('ready\\n')`,
-    ],
-    { stdio: ['pipe', 'pipe', 'inherit'] },
-  );
-  const lines = createInterface({ input: child.stdout });
-  const next = () => new Promise<string>((resolve) => lines.once('line', resolve));
-  return { child, next };
+  return lineChild('taskset', [
+    '-c',
+    '0',
+    process.execPath,
+    '-e',
+    `process.stdin.once('data',()=>{const end=Date.now()+${ms};while(Date.now()<end);process.stdout.write('done\\n');process.stdin.once('data',()=>process.exit(0))});process.stdout.write('ready\\n')`,
+  ]);
 }
 
 test('the resource sampler measures the run-queue wait of processes that share a CPU, and how busy the machine was', async (t) => {
@@ -372,16 +382,10 @@ test('the Markdown report shows how busy the CPUs were and what each process wai
 
 test('the resource sampler restarted at the measured window counts only what happened in it', async (t) => {
   // A child that makes 300 write(2) calls on the first line it reads and 40 on the second.
-  const child = spawn(
-    process.execPath,
-    [
-      '-e',
-      "const fs=require('fs');const fd=fs.openSync('/dev/null','w');let n=0;require('readline').createInterface({input:process.stdin}).on('line',()=>{const k=n++===0?300:40;for(let i=0;i<k;i++)fs.writeSync(fd,'x');if(n===3)process.exit(0);process.stdout.write('done\\n')});process.stdout.write('ready\\n')",
-    ],
-    { stdio: ['pipe', 'pipe', 'inherit'] },
-  );
-  const lines = createInterface({ input: child.stdout });
-  const next = () => new Promise<string>((resolve) => lines.once('line', resolve));
+  const { child, next } = lineChild(process.execPath, [
+    '-e',
+    "const fs=require('fs');const fd=fs.openSync('/dev/null','w');let n=0;require('readline').createInterface({input:process.stdin}).on('line',()=>{const k=n++===0?300:40;for(let i=0;i<k;i++)fs.writeSync(fd,'x');if(n===3)process.exit(0);process.stdout.write('done\\n')});process.stdout.write('ready\\n')",
+  ]);
   t.is(await next(), 'ready');
   const sampler = new ResourceSampler([{ role: 'child', pid: child.pid as number, group: false }], 10_000);
   child.stdin.write('warm-up\n');
