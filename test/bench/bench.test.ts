@@ -246,25 +246,6 @@ test('profile summary: self time per function, idle excluded from the functions'
   t.is(s.files[0].name, 'rpc/xdr.js');
 });
 
-test('the resource sampler counts the read and write system calls of a process', async (t) => {
-  // A child that makes 200 write(2) calls to /dev/null, then waits to be sampled and stopped.
-  const { child, next } = lineChild(process.execPath, [
-    '-e',
-    "const fs=require('fs');process.stdin.once('data',()=>{const fd=fs.openSync('/dev/null','w');for(let i=0;i<200;i++)fs.writeSync(fd,'x');process.stdout.write('done\\n');process.stdin.once('data',()=>process.exit(0))});process.stdout.write('ready\\n')",
-  ]);
-  t.is(await next(), 'ready');
-  const sampler = new ResourceSampler([{ role: 'child', pid: child.pid as number, group: false }], 10_000);
-  child.stdin.write('go\n');
-  t.is(await next(), 'done');
-  const figures = sampler.stop();
-  child.stdin.write('exit\n');
-  await once(child, 'exit');
-  // 200 writes to /dev/null plus the line on stdout; a few reads of stdin meanwhile at most.
-  t.true(figures.child.writeCalls >= 201 && figures.child.writeCalls < 260, `${figures.child.writeCalls}`);
-  t.true(figures.child.readCalls >= 1 && figures.child.readCalls < 50, `${figures.child.readCalls}`);
-  t.true(figures.child.peakRssKiB > 1024);
-});
-
 /**
  * A child process whose stdout is read line by line: `next()` resolves with its next line. Lines that
  * arrive while nobody waits are kept (with two children, one's line can come while the test awaits the
@@ -288,6 +269,32 @@ function lineChild(command: string, args: string[]) {
   return { child, next };
 }
 
+/**
+ * A child that, on its k-th line of stdin, makes `batches[k]` write(2) calls to /dev/null and prints
+ * `done`; on the line after the last batch it exits. It prints `ready` first.
+ */
+function writer(batches: number[]) {
+  return lineChild(process.execPath, [
+    '-e',
+    `const fs=require('fs');const fd=fs.openSync('/dev/null','w');const b=${JSON.stringify(batches)};let n=0;require('readline').createInterface({input:process.stdin}).on('line',()=>{if(n===b.length)process.exit(0);for(let i=0;i<b[n];i++)fs.writeSync(fd,'x');n++;process.stdout.write('done\\n')});process.stdout.write('ready\\n')`,
+  ]);
+}
+
+test('the resource sampler counts the read and write system calls of a process', async (t) => {
+  const { child, next } = writer([200]);
+  t.is(await next(), 'ready');
+  const sampler = new ResourceSampler([{ role: 'child', pid: child.pid as number, group: false }], 10_000);
+  child.stdin.write('go\n');
+  t.is(await next(), 'done');
+  const figures = sampler.stop();
+  child.stdin.write('exit\n');
+  await once(child, 'exit');
+  // 200 writes to /dev/null plus the line on stdout; a few reads of stdin meanwhile at most.
+  t.true(figures.child.writeCalls >= 201 && figures.child.writeCalls < 260, `${figures.child.writeCalls}`);
+  t.true(figures.child.readCalls >= 1 && figures.child.readCalls < 50, `${figures.child.readCalls}`);
+  t.true(figures.child.peakRssKiB > 1024);
+});
+
 /** A child that spins for `ms` on CPU 0 (taskset), printing `ready` first and `done` at the end. */
 function spinner(ms: number) {
   return lineChild('taskset', [
@@ -304,14 +311,19 @@ test('the resource sampler measures the run-queue wait of processes that share a
   // for the CPU about as long as the other runs (hundreds of ms). A third process that sleeps waits ~0.
   const a = spinner(600);
   const b = spinner(600);
-  const sleeper = spawn(process.execPath, ['-e', 'setTimeout(()=>{},2000)'], { stdio: 'ignore' });
+  // The sleeper is sampled only once it has started (Node.js's own start-up is work that can queue).
+  const sleeper = lineChild(process.execPath, [
+    '-e',
+    "process.stdout.write('ready\\n');setTimeout(()=>{},5000)",
+  ]);
   t.is(await a.next(), 'ready');
   t.is(await b.next(), 'ready');
+  t.is(await sleeper.next(), 'ready');
   const sampler = new ResourceSampler(
     [
       { role: 'a', pid: a.child.pid as number, group: false },
       { role: 'b', pid: b.child.pid as number, group: false },
-      { role: 'sleeper', pid: sleeper.pid as number, group: false },
+      { role: 'sleeper', pid: sleeper.child.pid as number, group: false },
     ],
     10_000,
   );
@@ -323,7 +335,7 @@ test('the resource sampler measures the run-queue wait of processes that share a
   const figures = sampler.stop();
   const machine = sampler.machine();
   for (const s of [a, b]) s.child.stdin.write('exit\n');
-  sleeper.kill();
+  sleeper.child.kill();
   await Promise.all([once(a.child, 'exit'), once(b.child, 'exit')]);
   const waited = figures.a.runqueueWaitSeconds + figures.b.runqueueWaitSeconds;
   // 1.2 s of spinning on one CPU in about 1.2 s of wall time: together they waited about 0.6 s.
@@ -381,11 +393,7 @@ test('the Markdown report shows how busy the CPUs were and what each process wai
 });
 
 test('the resource sampler restarted at the measured window counts only what happened in it', async (t) => {
-  // A child that makes 300 write(2) calls on the first line it reads and 40 on the second.
-  const { child, next } = lineChild(process.execPath, [
-    '-e',
-    "const fs=require('fs');const fd=fs.openSync('/dev/null','w');let n=0;require('readline').createInterface({input:process.stdin}).on('line',()=>{const k=n++===0?300:40;for(let i=0;i<k;i++)fs.writeSync(fd,'x');if(n===3)process.exit(0);process.stdout.write('done\\n')});process.stdout.write('ready\\n')",
-  ]);
+  const { child, next } = writer([300, 40]);
   t.is(await next(), 'ready');
   const sampler = new ResourceSampler([{ role: 'child', pid: child.pid as number, group: false }], 10_000);
   child.stdin.write('warm-up\n');

@@ -3,6 +3,7 @@
  * server: it names the edges of its measured window and waits for the runner at each, so that the
  * chain's processes are sampled over exactly the calls the result counts.
  */
+import net from 'node:net';
 import test from 'ava';
 import { type LoadPhase, runLoadgen } from '../../bench/loadgen/spawn.js';
 import { serveTestProgram } from '../../gateway/test-program/server.js';
@@ -47,4 +48,31 @@ test('the load generator waits for the runner at both edges of its measured wind
   const slack = Math.max(40, result.ops * 0.03);
   t.true(Math.abs(served - result.ops) <= slack, `server replied ${served}, the result counts ${result.ops}`);
   t.true(Math.abs(result.elapsedSeconds - 0.4) < 0.1, `${result.elapsedSeconds} s`);
+});
+
+test('a load generator that cannot reach its target fails with the reason, before any measured window', async (t) => {
+  // A port that was free a moment ago: nothing listens on it.
+  const probe = net.createServer();
+  await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
+  const port = (probe.address() as net.AddressInfo).port;
+  await new Promise((r) => probe.close(r));
+  const phases: LoadPhase[] = [];
+  const err = await t.throwsAsync(
+    runLoadgen(
+      {
+        target: `127.0.0.1:${port}`,
+        ops: [{ op: 'null', size: 0, weight: 1 }],
+        connections: 1,
+        depth: 1,
+        seconds: 0.2,
+        warmupSeconds: 0,
+        idle: 0,
+      },
+      (phase) => {
+        phases.push(phase);
+      },
+    ),
+  );
+  t.regex(err?.message ?? '', /load generator exited 1: .*ECONNREFUSED/s);
+  t.deepEqual(phases, [], 'no window was opened, so the runner sampled nothing');
 });
