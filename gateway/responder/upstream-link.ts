@@ -41,7 +41,6 @@ const NO_ITEMS: readonly DdpItem[] = [];
 class Pending {
   inbound: InboundCall | null = null;
   readonly plan = new UlbCallPlan();
-  planned = false;
 }
 
 /** A callback from the upstream, sent as a backward call (rare: allocated per call). */
@@ -170,7 +169,6 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
     }
     const p = this.free.pop() ?? new Pending();
     p.inbound = inbound;
-    p.planned = false;
     this.pending.set(xid, p);
     this.o.stats.pending++;
     this.o.stats.callsForwarded++;
