@@ -199,7 +199,6 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     recordPool,
     holdTimeMs: config.rdma.holdTimeMs,
     tickMs: o.routerTickMs,
-    logger: log.child({ component: 'router' }),
   });
   const pool = new ConnectionPool({
     device,

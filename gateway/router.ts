@@ -30,8 +30,6 @@
  *   free again.)
  */
 import { performance } from 'node:perf_hooks';
-import type { Logger } from 'pino';
-import { pino } from 'pino';
 import type { BufferPool } from '../common/buffer-pool.js';
 import { U32Map } from '../common/u32-map.js';
 import type {
@@ -71,7 +69,6 @@ export interface RouterOptions {
    * the pool's ready event is how new connections are learnt). Default 250 ms.
    */
   tickMs?: number;
-  logger?: Logger;
   /**
    * The frontend's record pool: each call's record goes back to it when the call is over, and replies are
    * assembled in it (the frontend gives them back once written).
@@ -154,7 +151,6 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   readonly holdTimeMs: number;
   private readonly tickMs: number;
   private readonly registry: UlbRegistry;
-  private readonly log: Logger;
   private readonly header = new RpcCallHeader();
   private readonly records: CallRecordPool;
   /** The record pool (calls and replies), when the gateway shares one with the frontend. */
@@ -197,7 +193,6 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     this.registry = options.registry;
     this.holdTimeMs = options.holdTimeMs ?? 30_000;
     this.tickMs = options.tickMs ?? 250;
-    this.log = options.logger ?? pino({ level: 'silent' });
     this.recordPool = options.recordPool;
     this.records = new CallRecordPool(options.recordPool?.release);
   }
