@@ -316,11 +316,6 @@ export const LocalPropertyResult = Type.Object({
   ),
 });
 
-export const UpstreamActionBody = Type.Object(
-  { action: Type.Union([Type.Literal('offline'), Type.Literal('online'), Type.Literal('reconnect')]) },
-  { additionalProperties: false },
-);
-
 export const CloseClientBody = Type.Object(
   { reason: Type.Optional(Type.String({ maxLength: 200 })) },
   { additionalProperties: false },
@@ -338,4 +333,3 @@ export const ResetResult = Type.Object({ since: Type.String({ format: 'date-time
 
 export type TStats = Static<typeof Stats>;
 export type TStatsQuery = Static<typeof StatsQuery>;
-export type TPropertyValues = Static<typeof PropertyValues>;

@@ -59,26 +59,6 @@ export function measureRate(fn: () => void, seconds: number, opsPerCall = 1): nu
   return (calls * opsPerCall) / ((now - start) / 1000);
 }
 
-/** Like `measureRate` for asynchronous work. */
-export async function measureRateAsync(
-  fn: () => Promise<void>,
-  seconds: number,
-  opsPerCall = 1,
-): Promise<number> {
-  const warmEnd = performance.now() + Math.min(200, seconds * 200);
-  while (performance.now() < warmEnd) await fn();
-  let calls = 0;
-  const start = performance.now();
-  const deadline = start + seconds * 1000;
-  let now = start;
-  while (now < deadline) {
-    await fn();
-    calls++;
-    now = performance.now();
-  }
-  return (calls * opsPerCall) / ((now - start) / 1000);
-}
-
 /** Fills in `ratio` and `met` from `baseline` and `target`. */
 export function row(r: BenchRow): BenchRow {
   const out = { ...r };

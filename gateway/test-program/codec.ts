@@ -34,12 +34,6 @@ export function encodeSourceArgs(count: number, seed: number): Buffer {
   return b;
 }
 
-export function encodeU32(v: number): Buffer {
-  const b = Buffer.allocUnsafe(4);
-  b.writeUInt32BE(v >>> 0, 0);
-  return b;
-}
-
 function expectEnd(r: XdrReader, field: string): void {
   if (r.pos !== r.end) {
     throw new XdrError('ERR_XDR_VALUE', `${r.end - r.pos} bytes after ${field}`, field, r.pos, {

@@ -82,14 +82,6 @@ export function copyReduced(
   return out - dstOffset;
 }
 
-/**
- * The XDR positions of Read chunks for `items` (RFC 8166 §3.4.5: the offset in the Payload stream where
- * the data would have been, i.e. in the unreduced message). That is exactly `item.offset`.
- */
-export function readPositions(items: readonly DdpItem[]): number[] {
-  return items.map((it) => it.offset);
-}
-
 export type CallMode = 'inline' | 'read' | 'pzrc';
 
 export interface CallPlanInput {

@@ -64,8 +64,3 @@ export const TERMINATE_CONTROL = 4;
 export function mpaPad(ulpduLength: number): number {
   return (4 - ((ulpduLength + 2) & 3)) & 3;
 }
-
-/** Whole FPDU size on the wire for a ULPDU of `ulpduLength` bytes. */
-export function fpduSize(ulpduLength: number): number {
-  return MPA_LENGTH_SIZE + ulpduLength + mpaPad(ulpduLength) + MPA_CRC_SIZE;
-}
