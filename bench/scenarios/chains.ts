@@ -13,7 +13,7 @@ import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { freePorts, isListening } from '../../test/interop/harness/ports.js';
+import { freePorts, isListening } from '../../test/helpers/ports.js';
 import { forgetDir, ManagedProcess } from '../../test/interop/harness/processes.js';
 import { answersNull } from '../../test/interop/harness/rpc-ping.js';
 import type { Watched } from './resources.js';

@@ -7,9 +7,9 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { TestProgramClient } from '../../gateway/test-program/index.js';
+import { freePorts } from '../../test/helpers/ports.js';
 
 /** mulberry32: seeded, so a failing run replays from its logged seed. */
 export function prng(seed: number): () => number {
@@ -172,12 +172,9 @@ export function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
 
-/** A loopback port with nothing listening on it (bound, then released). */
+/** A loopback port with nothing listening on it, below the ephemeral range (`test/helpers/ports.ts`). */
 export async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const { port } = s.address() as { port: number };
-  await new Promise((r) => s.close(r));
+  const [port] = await freePorts(1);
   return port;
 }
 

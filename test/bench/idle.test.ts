@@ -2,10 +2,11 @@
  * The idle-client holder of the `busy+idle` pair (bench/loadgen/idle.ts): a process of its own that
  * opens the idle connections through the chain, holds them, and says so when it could not.
  */
-import net from 'node:net';
+
 import test from 'ava';
 import { holdIdleClients } from '../../bench/loadgen/idle.js';
 import { serveTestProgram } from '../../gateway/test-program/server.js';
+import { freePorts } from '../helpers/ports.js';
 
 async function until(cond: () => boolean, ms = 5000): Promise<void> {
   const deadline = Date.now() + ms;
@@ -37,10 +38,7 @@ test('release fails, saying so, when the chain closed idle connections while the
 
 test('a target that refuses connections fails before ready, with the reason', async (t) => {
   // A port that was free a moment ago: nothing listens on it.
-  const probe = net.createServer();
-  await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
-  const port = (probe.address() as net.AddressInfo).port;
-  await new Promise((r) => probe.close(r));
+  const [port] = await freePorts(1);
   const err = await t.throwsAsync(holdIdleClients(`127.0.0.1:${port}`, 5));
   t.regex(err?.message ?? '', /exited 1 before it was ready[\s\S]*ECONNREFUSED/);
 });

@@ -3,10 +3,11 @@
  * server: it names the edges of its measured window and waits for the runner at each, so that the
  * chain's processes are sampled over exactly the calls the result counts.
  */
-import net from 'node:net';
+
 import test from 'ava';
 import { type LoadPhase, runLoadgen } from '../../bench/loadgen/spawn.js';
 import { serveTestProgram } from '../../gateway/test-program/server.js';
+import { freePorts } from '../helpers/ports.js';
 
 test('the load generator waits for the runner at both edges of its measured window, whose calls are the ones it counts', async (t) => {
   const server = await serveTestProgram();
@@ -52,10 +53,7 @@ test('the load generator waits for the runner at both edges of its measured wind
 
 test('a load generator that cannot reach its target fails with the reason, before any measured window', async (t) => {
   // A port that was free a moment ago: nothing listens on it.
-  const probe = net.createServer();
-  await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
-  const port = (probe.address() as net.AddressInfo).port;
-  await new Promise((r) => probe.close(r));
+  const [port] = await freePorts(1);
   const phases: LoadPhase[] = [];
   const err = await t.throwsAsync(
     runLoadgen(

@@ -3,21 +3,23 @@
  * reconnects and complete when the peer comes back within the hold time; past the hold time the client's
  * TCP connection is closed (it retransmits by itself) and no RPC reply is ever invented.
  */
-import { createServer } from 'node:net';
 import test, { type ExecutionContext } from 'ava';
 import { defaultRegistry, transportOptions } from '../../gateway/gateway.js';
 import { Responder } from '../../gateway/responder.js';
 import { serveTestProgram, TestProgramClient } from '../../gateway/test-program/index.js';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
 import { waitFor } from '../gateway/helpers.js';
+import { freePorts } from '../helpers/ports.js';
 import { BASELINE, gauges, startTestGateway, testConfig } from './helpers.js';
 
-/** A loopback port with nothing listening on it (bound then released). */
+/**
+ * A loopback port with nothing listening on it, below the ephemeral range. A port inside that range can
+ * be taken before the late peer listens on it (EADDRINUSE, seen in CI): by another test's listener on
+ * port 0, by another connection's source port, or by one of the gateway's own repeated connection
+ * attempts, which connects to itself when it is given the destination port as its source port.
+ */
 async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const { port } = s.address() as { port: number };
-  await new Promise((r) => s.close(r));
+  const [port] = await freePorts(1);
   return port;
 }
 

@@ -15,6 +15,7 @@ import { encodePrivateData } from '../../rdma-backend/protocol/index.js';
 import { mpaReply, mpaRequest, SendFramer } from '../helpers/iwarp-frames.js';
 import { PcapWriter } from '../helpers/pcap.js';
 import { requireExecutable, testWithPeers } from '../helpers/peers.js';
+import { freePorts } from '../helpers/ports.js';
 import { encodeToBuffer } from '../protocol/hex.js';
 import {
   CaptureIncompleteError,
@@ -33,7 +34,6 @@ import { brickHost, GLUSTERD_PORT, glusterdVolfile } from './harness/gluster.js'
 import { launch } from './harness/launcher.js';
 import { nfsCopyOut, nfsUrl, parseNfsLs } from './harness/libnfs.js';
 import { HEURISTICS_FIRST } from './harness/nfs-decode.js';
-import { freePorts } from './harness/ports.js';
 import { liveGroupMembers, ManagedProcess } from './harness/processes.js';
 import {
   AcceptStat,

@@ -1,13 +1,7 @@
-import { createServer } from 'node:net';
+import { freePorts } from '../helpers/ports.js';
 
-/** A loopback port nothing listens on (bound, then released). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
+/** A loopback port nothing listens on, below the ephemeral range (`test/helpers/ports.ts`). */
+export async function freePort(): Promise<number> {
+  const [port] = await freePorts(1);
+  return port;
 }

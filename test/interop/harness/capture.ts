@@ -21,7 +21,7 @@ import { execFile } from 'node:child_process';
 import { createSocket } from 'node:dgram';
 import { readFileSync, statSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { freePorts } from './ports.js';
+import { freePorts } from '../../helpers/ports.js';
 import type { ManagedProcess } from './processes.js';
 import type { InteropSession } from './session.js';
 

@@ -6,9 +6,9 @@
  * daemon's; readiness is a NULL ping on each of its ports.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
+import { freePorts } from '../../helpers/ports.js';
 import type { NfsEndpoint } from './endpoint.js';
 import type { GlusterVolume } from './gluster.js';
-import { freePorts } from './ports.js';
 import { type ManagedProcess, tailOf } from './processes.js';
 import { answersNull, RpcProgram } from './rpc-ping.js';
 import { type InteropSession, ProcessNotReadyError } from './session.js';

@@ -16,8 +16,8 @@ import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { networkInterfaces } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import { isListening } from '../../helpers/ports.js';
 import { lockMachineResource } from './machine-lock.js';
-import { isListening } from './ports.js';
 import { pidAlive } from './processes.js';
 import type { InteropSession } from './session.js';
 

@@ -4,7 +4,7 @@
  * program answering NULL through it. Logs and teardown are the session's, like every other peer.
  */
 
-import { isListening } from './ports.js';
+import { isListening } from '../../helpers/ports.js';
 import type { ManagedProcess } from './processes.js';
 import { answersNull } from './rpc-ping.js';
 import type { InteropSession } from './session.js';

@@ -5,8 +5,9 @@
  * already running, which it reuses and leaves alone. Something on port 111 that does not answer as rpcbind
  * is refused with a clear error rather than guessed around.
  */
+
+import { isListening } from '../../helpers/ports.js';
 import { lockMachineResource, MachineLockTimeoutError } from './machine-lock.js';
-import { isListening } from './ports.js';
 import { answersNull, RpcProgram } from './rpc-ping.js';
 import type { InteropSession } from './session.js';
 
