@@ -13,7 +13,7 @@ import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { freePorts, isListening } from '../../test/helpers/ports.js';
+import { freePort, freePorts, isListening } from '../../test/helpers/ports.js';
 import { forgetDir, ManagedProcess } from '../../test/interop/harness/processes.js';
 import { answersNull } from '../../test/interop/harness/rpc-ping.js';
 import type { Watched } from './resources.js';
@@ -113,7 +113,7 @@ function nodeArgs(profileDir: string | undefined, role: string): string[] {
 
 /** The built-in test program as its own process (the upstream of every chain in the RPC scenarios). */
 export async function startTestProgram(world: BenchWorld, probe: Probe): Promise<Chain> {
-  const [port] = await freePorts(1);
+  const port = await freePort();
   const proc = await world.start(
     'test-program',
     process.execPath,

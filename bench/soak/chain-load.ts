@@ -9,7 +9,6 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { TestProgramClient } from '../../gateway/test-program/index.js';
-import { freePorts } from '../../test/helpers/ports.js';
 
 /** mulberry32: seeded, so a failing run replays from its logged seed. */
 export function prng(seed: number): () => number {
@@ -172,11 +171,7 @@ export function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
 
-/** A loopback port with nothing listening on it, below the ephemeral range (`test/helpers/ports.ts`). */
-export async function freePort(): Promise<number> {
-  const [port] = await freePorts(1);
-  return port;
-}
+export { freePort } from '../../test/helpers/ports.js';
 
 const CLI = fileURLToPath(new URL('../../gateway/cli.js', import.meta.url));
 

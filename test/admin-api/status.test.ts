@@ -6,7 +6,7 @@ import { createAdminApi } from '../../admin-api/index.js';
 import { main } from '../../gateway/cli.js';
 import { adminUrl } from '../../gateway/commands/status.js';
 import { captureLogger } from '../gateway/helpers.js';
-import { freePorts } from '../helpers/ports.js';
+import { freePort } from '../helpers/ports.js';
 import { FakeControl } from './fake-control.js';
 
 function sink() {
@@ -87,7 +87,7 @@ test('sends the configured token to a gateway that protects its reads', async (t
 
 test('unreachable admin API: exit 1 with the address; bad flags: exit 2', async (t) => {
   // A port that was free a moment ago: nothing listens there.
-  const [port] = await freePorts(1);
+  const port = await freePort();
   const r = await runStatus(['--url', `http://127.0.0.1:${port}`]);
   t.is(r.code, 1);
   t.regex(r.stderr, new RegExp(`cannot reach the admin API at http://127\\.0\\.0\\.1:${port}: ECONNREFUSED`));

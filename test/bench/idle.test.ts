@@ -6,7 +6,7 @@
 import test from 'ava';
 import { holdIdleClients } from '../../bench/loadgen/idle.js';
 import { serveTestProgram } from '../../gateway/test-program/server.js';
-import { freePorts } from '../helpers/ports.js';
+import { freePort } from '../helpers/ports.js';
 
 async function until(cond: () => boolean, ms = 5000): Promise<void> {
   const deadline = Date.now() + ms;
@@ -38,7 +38,7 @@ test('release fails, saying so, when the chain closed idle connections while the
 
 test('a target that refuses connections fails before ready, with the reason', async (t) => {
   // A port that was free a moment ago: nothing listens on it.
-  const [port] = await freePorts(1);
+  const port = await freePort();
   const err = await t.throwsAsync(holdIdleClients(`127.0.0.1:${port}`, 5));
   t.regex(err?.message ?? '', /exited 1 before it was ready[\s\S]*ECONNREFUSED/);
 });

@@ -7,7 +7,7 @@
 import test from 'ava';
 import { type LoadPhase, runLoadgen } from '../../bench/loadgen/spawn.js';
 import { serveTestProgram } from '../../gateway/test-program/server.js';
-import { freePorts } from '../helpers/ports.js';
+import { freePort } from '../helpers/ports.js';
 
 test('the load generator waits for the runner at both edges of its measured window, whose calls are the ones it counts', async (t) => {
   const server = await serveTestProgram();
@@ -53,7 +53,7 @@ test('the load generator waits for the runner at both edges of its measured wind
 
 test('a load generator that cannot reach its target fails with the reason, before any measured window', async (t) => {
   // A port that was free a moment ago: nothing listens on it.
-  const [port] = await freePorts(1);
+  const port = await freePort();
   const phases: LoadPhase[] = [];
   const err = await t.throwsAsync(
     runLoadgen(

@@ -31,6 +31,12 @@ export async function freePorts(count: number, host = '127.0.0.1'): Promise<numb
   return ports;
 }
 
+/** One port as `freePorts` draws it: for a peer that listens later, or a target that must refuse. */
+export async function freePort(host = '127.0.0.1'): Promise<number> {
+  const [port] = await freePorts(1, host);
+  return port;
+}
+
 /** True when something accepts TCP connections on host:port. */
 export function isListening(port: number, host = '127.0.0.1'): Promise<boolean> {
   return new Promise((resolve) => {

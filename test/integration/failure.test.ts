@@ -9,19 +9,8 @@ import { Responder } from '../../gateway/responder.js';
 import { serveTestProgram, TestProgramClient } from '../../gateway/test-program/index.js';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
 import { waitFor } from '../gateway/helpers.js';
-import { freePorts } from '../helpers/ports.js';
+import { freePort } from '../helpers/ports.js';
 import { BASELINE, gauges, startTestGateway, testConfig } from './helpers.js';
-
-/**
- * A loopback port with nothing listening on it, below the ephemeral range. A port inside that range can
- * be taken before the late peer listens on it (EADDRINUSE, seen in CI): by another test's listener on
- * port 0, by another connection's source port, or by one of the gateway's own repeated connection
- * attempts, which connects to itself when it is given the destination port as its source port.
- */
-async function freePort(): Promise<number> {
-  const [port] = await freePorts(1);
-  return port;
-}
 
 /**
  * A responder (in front of a test-program server) for `port`, created but not listening: the peer the

@@ -15,7 +15,7 @@ import { encodePrivateData } from '../../rdma-backend/protocol/index.js';
 import { mpaReply, mpaRequest, SendFramer } from '../helpers/iwarp-frames.js';
 import { PcapWriter } from '../helpers/pcap.js';
 import { requireExecutable, testWithPeers } from '../helpers/peers.js';
-import { freePorts } from '../helpers/ports.js';
+import { freePort } from '../helpers/ports.js';
 import { encodeToBuffer } from '../protocol/hex.js';
 import {
   CaptureIncompleteError,
@@ -62,7 +62,7 @@ function replyRecord(xid: number, acceptStat: number, extra: number[] = []): Buf
 
 /** A loopback RPC server answering every NULL call, splitting each reply in two record fragments. */
 async function fragmentingNullServer(): Promise<{ server: Server; port: number }> {
-  const [port] = await freePorts(1);
+  const port = await freePort();
   const server = createServer((socket) => {
     socket.on('data', (call: Buffer) => {
       const reply = replyRecord(call.readUInt32BE(4), AcceptStat.SUCCESS);
@@ -112,15 +112,15 @@ test('rpcNullPing reassembles fragmented replies and rejects a closed port', asy
   const { server, port } = await fragmentingNullServer();
   t.teardown(() => server.close());
   t.like(await rpcNullPing('127.0.0.1', port, 100003, 4), { replyStat: 0, acceptStat: 0 });
-  const [closed] = await freePorts(1);
+  const closed = await freePort();
   await t.throwsAsync(rpcNullPing('127.0.0.1', closed, 100003, 4), { instanceOf: RpcPingError });
 });
 
 test('rpcNullPing rejects a server that closes without replying, and one that stays silent', async (t) => {
-  const [port] = await freePorts(1);
+  const port = await freePort();
   const server = createServer((s) => s.once('data', () => s.destroy()));
   await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
-  const [silentPort] = await freePorts(1);
+  const silentPort = await freePort();
   const silent = createServer(() => undefined);
   await new Promise<void>((resolve) => silent.listen(silentPort, '127.0.0.1', resolve));
   t.teardown(() => {
@@ -197,7 +197,7 @@ test('a process never ready is reported in time (its teardown stops it)', async 
 
 test('launch() waits for the readiness port', async (t) => {
   const session = InteropSession.open(t);
-  const [port] = await freePorts(1);
+  const port = await freePort();
   const script = `setTimeout(()=>require('net').createServer().listen(${port},'127.0.0.1'),200)`;
   const proc = await launch(session, {
     name: 'late-listener',

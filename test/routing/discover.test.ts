@@ -27,7 +27,7 @@ import { AcceptStat } from '../../rpc/constants.js';
 import { XdrReader, XdrWriter } from '../../rpc/xdr.js';
 import { RpcClient } from '../../tcp-frontend/client.js';
 import { FrontendServer } from '../../tcp-frontend/server.js';
-import { freePort } from './helpers.js';
+import { freePort } from '../helpers/ports.js';
 
 function config(flags: Record<string, string[]>): GatewayConfig {
   const { config } = loadConfig({ env: {}, flags: new Map(Object.entries(flags)) });

@@ -20,7 +20,7 @@ import { AcceptStat } from '../../rpc/constants.js';
 import { encodeCallHeader } from '../../rpc/message.js';
 import { XdrWriter } from '../../rpc/xdr.js';
 import { RpcClient } from '../../tcp-frontend/client.js';
-import { freePort } from './helpers.js';
+import { freePort } from '../helpers/ports.js';
 
 function config(flags: Record<string, string[]> = {}): GatewayConfig {
   const { config } = loadConfig({ env: {}, flags: new Map(Object.entries(flags)) });

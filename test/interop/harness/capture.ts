@@ -21,7 +21,7 @@ import { execFile } from 'node:child_process';
 import { createSocket } from 'node:dgram';
 import { readFileSync, statSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { freePorts } from '../../helpers/ports.js';
+import { freePort } from '../../helpers/ports.js';
 import type { ManagedProcess } from './processes.js';
 import type { InteropSession } from './session.js';
 
@@ -150,7 +150,7 @@ export class Capture {
  * capture is kept and its path printed.
  */
 export async function startCapture(session: InteropSession, name: string, tcpPorts: readonly number[]) {
-  const [probePort] = await freePorts(1);
+  const probePort = await freePort();
   const path = session.path(`${name}.pcap`);
   const filter = [...tcpPorts.map((p) => `tcp port ${p}`), `udp port ${probePort}`].join(' or ');
   const proc = await session.start({
