@@ -4,6 +4,7 @@
  * another day). Suites return rows; `run.ts` prints them as JSON and as a table.
  */
 import { performance } from 'node:perf_hooks';
+import type { BenchRdma } from './options.js';
 
 export interface Target {
   /** What the target constrains: the ratio to the baseline, or the value itself. */
@@ -31,6 +32,8 @@ export interface BenchContext {
   log(msg: string): void;
   /** `--profile`: where the end-to-end suites write V8 CPU profiles of the gateway and the responder. */
   profileDir?: string;
+  /** The RDMA provider and address of the gateway chains (`--rdma-provider`, `--rdma-address`); soft on 127.0.0.1 when absent. */
+  rdma?: BenchRdma;
 }
 
 export interface Suite {

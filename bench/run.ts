@@ -1,5 +1,6 @@
 /**
- * `npm run bench [-- --quick] [-- --only NAME[,NAME]] [-- --profile]`: runs every suite in a fixed order
+ * `npm run bench [-- --quick] [-- --only NAME[,NAME]] [-- --profile] [-- --rdma-provider native]` (`--help`:
+ * bench/options.ts): runs every suite in a fixed order
  * (the micro-benchmarks, then the end-to-end scenarios, then NFS: docs/performance.md), prints a readable
  * table on stderr and the JSON on stdout, and writes bench/results/<timestamp>.json. `--profile` runs the
  * gateway and responder processes under `node --cpu-prof` (profiles in bench/results/profiles/<timestamp>/,
@@ -11,15 +12,37 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, release, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { nativeAvailability } from '../rdma-backend/providers/native/index.js';
 import { writeFlameGraphs } from './flamegraph.js';
 import { type BenchContext, type BenchRow, type Suite, table } from './harness.js';
+import { BENCH_USAGE, type BenchOptions, BenchUsageError, parseBenchArgs } from './options.js';
 import { suites } from './suites/index.js';
 
 async function main(): Promise<void> {
   const args = process.argv.slice(2);
-  const quick = args.includes('--quick');
-  const onlyAt = args.indexOf('--only');
-  const only = onlyAt >= 0 ? args[onlyAt + 1]?.split(',') : undefined;
+  let options: BenchOptions;
+  try {
+    options = parseBenchArgs(args);
+  } catch (err) {
+    if (!(err instanceof BenchUsageError)) throw err;
+    process.stderr.write(`bench: ${err.message}\n`);
+    process.exitCode = 2;
+    return;
+  }
+  if (options.help) {
+    process.stdout.write(`${BENCH_USAGE}\n`);
+    return;
+  }
+  const { quick, only, rdma } = options;
+  if (rdma.provider === 'native') {
+    // Refused now, not after the micro-benchmarks: the gateway chains could not start.
+    const native = nativeAvailability();
+    if (!native.available) {
+      process.stderr.write(`bench: --rdma-provider native: ${native.message}\n`);
+      process.exitCode = 1;
+      return;
+    }
+  }
   const started = new Date();
   const here = dirname(fileURLToPath(import.meta.url));
   const dir = join(here, '..', '..', 'bench', 'results');
@@ -28,7 +51,8 @@ async function main(): Promise<void> {
     quick,
     seconds: quick ? 0.2 : 2,
     log: (msg) => process.stderr.write(`${msg}\n`),
-    profileDir: args.includes('--profile') ? join(dir, 'profiles', stamp) : undefined,
+    profileDir: options.profile ? join(dir, 'profiles', stamp) : undefined,
+    rdma,
   };
   const selected: Suite[] = only ? suites.filter((s) => only.includes(s.name)) : suites;
   if (only && selected.length === 0) {
@@ -46,6 +70,7 @@ async function main(): Promise<void> {
     platform: `${process.platform}-${process.arch}`,
     quick,
     machine: machine(),
+    rdma,
     argv: args,
     rows,
   };

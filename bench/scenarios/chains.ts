@@ -4,19 +4,25 @@
  *   direct           load generator → upstream (the ceiling)
  *   haproxy ×2   load generator → haproxy (mode tcp) → haproxy → upstream (two hops, like the gateway)
  *   socat ×2     load generator → socat -b 1048576 → socat -b 1048576 → upstream
- *   gateway      load generator → gateway (TCP frontend → soft iWARP) → responder process → upstream
+ *   gateway      load generator → gateway (TCP frontend → soft iWARP, or native verbs with
+ *                --rdma-provider native) → responder process → upstream
  *
  * Processes are started with the interop harness's ManagedProcess (own process group, log file, SIGKILL
  * safety net at exit); readiness is a NULL call answered through the whole chain.
  */
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { freePort, freePorts, isListening } from '../../test/helpers/ports.js';
+import { formatHostPort } from '../../tcp-frontend/address.js';
+import { freePort, freePorts } from '../../test/helpers/ports.js';
 import { forgetDir, ManagedProcess } from '../../test/interop/harness/processes.js';
 import { answersNull } from '../../test/interop/harness/rpc-ping.js';
+import type { BenchRdma } from '../options.js';
 import type { Watched } from './resources.js';
+
+/** The gateway chains' default: the soft provider over loopback. */
+export const SOFT_LOOPBACK: Readonly<BenchRdma> = { provider: 'soft', address: '127.0.0.1' };
 
 const CLI = fileURLToPath(new URL('../../gateway/cli.js', import.meta.url));
 
@@ -45,6 +51,8 @@ export interface Chain {
 export interface GatewayOptions {
   protocolVersion: 1 | 2;
   poolSize: number;
+  /** The RDMA provider and the address the responder listens on (default: soft on 127.0.0.1). */
+  rdma?: BenchRdma;
   /** Write V8 CPU profiles of the gateway and the responder here (`node --cpu-prof`). */
   profileDir?: string;
 }
@@ -62,7 +70,7 @@ export class BenchWorld {
     name: string,
     command: string,
     args: string[],
-    ready: () => Promise<boolean>,
+    ready: (proc: ManagedProcess) => Promise<boolean>,
     timeoutMs = 20_000,
   ): Promise<ManagedProcess> {
     const logPath = join(this.dir, `${name}.${++this.names}.log`);
@@ -70,7 +78,7 @@ export class BenchWorld {
     this.processes.push(proc);
     const deadline = Date.now() + timeoutMs;
     while (proc.running) {
-      if (await ready()) return proc;
+      if (await ready(proc)) return proc;
       if (Date.now() > deadline)
         throw new Error(`${name} not ready after ${timeoutMs} ms\n${proc.logTails(15)}`);
       await sleep(50);
@@ -234,12 +242,12 @@ export async function gatewayChain(
   probe: Probe,
   o: GatewayOptions,
 ): Promise<Chain> {
+  const rdma = o.rdma ?? SOFT_LOOPBACK;
   const [responderPort, frontendPort] = await freePorts(2);
+  const rdmaEndpoint = formatHostPort(rdma.address, responderPort);
   const common = [
     '--rdma-provider',
-    'soft',
-    '--log-level',
-    'warn',
+    rdma.provider,
     '--log-format',
     'json',
     '--shutdown-drain-timeout-ms',
@@ -255,10 +263,14 @@ export async function gatewayChain(
       '--upstream',
       `${upstream.host}:${upstream.port}`,
       '--responder-listen',
-      `127.0.0.1:${responderPort}`,
+      rdmaEndpoint,
+      // Ready when it says so ('responder listening', an info line): a native listener is an rdma_cm
+      // id, not a TCP socket a probe could connect to.
+      '--log-level',
+      'info',
       ...common,
     ],
-    () => isListening(responderPort),
+    async (proc) => readFileSync(proc.spec.logPath, 'utf8').includes('"msg":"responder listening"'),
   );
   const gateway = await world.start(
     'gateway',
@@ -268,7 +280,7 @@ export async function gatewayChain(
       CLI,
       'start',
       '--rdma-peer',
-      `127.0.0.1:${responderPort}`,
+      rdmaEndpoint,
       '--listen',
       `127.0.0.1:${frontendPort}`,
       '--rdma-protocol-version',
@@ -279,13 +291,15 @@ export async function gatewayChain(
       '4096',
       '--admin-listen',
       'off',
+      '--log-level',
+      'warn',
       ...common,
     ],
     () => answersNull('127.0.0.1', frontendPort, probe.program, probe.version),
   );
   return {
     id: gatewayId(o),
-    label: `gateway V${o.protocolVersion} pool ${o.poolSize} → soft iWARP → responder`,
+    label: `gateway V${o.protocolVersion} pool ${o.poolSize} → ${rdma.provider === 'soft' ? 'soft iWARP' : `native verbs (${rdma.address})`} → responder`,
     kind: 'gateway',
     endpoint: { host: '127.0.0.1', port: frontendPort },
     watched: [

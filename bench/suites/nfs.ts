@@ -128,6 +128,7 @@ export const nfsSuite: Suite = {
                     protocolVersion: 2,
                     poolSize: 4,
                     profileDir: ctx.profileDir,
+                    rdma: ctx.rdma,
                   });
         } catch (err) {
           ctx.log(`\n[nfs] ${id} did not start: ${err instanceof Error ? err.message : err}`);

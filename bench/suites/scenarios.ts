@@ -20,6 +20,7 @@ import { TEST_PROGRAM, TEST_VERSION } from '../../gateway/test-program/constants
 import { type BenchContext, type BenchRow, row, type Suite, type Target } from '../harness.js';
 import { runLoadgen } from '../loadgen/spawn.js';
 import { describeOps, type LoadResult, type LoadSpec, type OpSpec } from '../loadgen/spec.js';
+import type { BenchRdma } from '../options.js';
 import { Progress } from '../progress.js';
 import {
   BenchWorld,
@@ -170,12 +171,13 @@ async function startChain(
   id: string,
   upstream: Chain,
   profileDir?: string,
+  rdma?: BenchRdma,
 ): Promise<Chain> {
   if (id === 'direct') return upstream;
   if (id === 'haproxy') return haproxyChain(world, upstream.endpoint, PROBE);
   if (id === 'socat') return socatChain(world, upstream.endpoint, PROBE);
   const g = GATEWAYS.find((o) => gatewayId(o) === id)!;
-  return gatewayChain(world, upstream.endpoint, PROBE, { ...g, profileDir });
+  return gatewayChain(world, upstream.endpoint, PROBE, { ...g, profileDir, rdma });
 }
 
 const GATEWAY_LABEL = (id: string) => {
@@ -427,7 +429,7 @@ export const scenarioSuite: Suite = {
         progress.step(`${s.id} via ${chainLabel(s.chain)}${s.again ? ' (second pass)' : ''}`);
         if (s.id === '(start)') {
           try {
-            chain = await startChain(world, s.chain, upstream, ctx.profileDir);
+            chain = await startChain(world, s.chain, upstream, ctx.profileDir, ctx.rdma);
           } catch (err) {
             chain = undefined;
             ctx.log(`\n[scenarios] ${s.chain} did not start: ${err instanceof Error ? err.message : err}`);

@@ -5,17 +5,10 @@
  * non-loopback IPv4 address; rxe and siw do not carry 127.0.0.1). Where no device exists it is reported
  * as NOT RUN, loudly, with the reason: a skipped test in the summary and a banner on stderr.
  */
-import { networkInterfaces } from 'node:os';
 import test from 'ava';
 import { createNativeProvider, nativeAvailability } from '../../rdma-backend/providers/native/index.js';
+import { firstExternalIPv4 } from '../helpers/addresses.js';
 import { registerConformance } from '../verbs/conformance.js';
-
-function defaultHost(): string | undefined {
-  for (const addrs of Object.values(networkInterfaces())) {
-    for (const a of addrs ?? []) if (a.family === 'IPv4' && !a.internal) return a.address;
-  }
-  return undefined;
-}
 
 const availability = nativeAvailability();
 if (availability.available) {
@@ -23,7 +16,7 @@ if (availability.available) {
     name: `native ${availability.devices.join(',')}`,
     create: () => createNativeProvider(),
     reportsTerminate: false,
-    host: process.env.RDMA_TEST_HOST ?? defaultHost(),
+    host: process.env.RDMA_TEST_HOST ?? firstExternalIPv4(),
   });
 } else {
   process.stderr.write(

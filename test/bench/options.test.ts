@@ -1,0 +1,191 @@
+/**
+ * `npm run bench`'s command line: the arguments it takes, the ones it refuses before measuring anything,
+ * and the gateway chains' RDMA provider (soft over loopback by default; native for a host with an RDMA
+ * device, refused with the provider's own reason where there is none).
+ */
+import { spawn } from 'node:child_process';
+import { existsSync, readdirSync } from 'node:fs';
+import type { NetworkInterfaceInfo } from 'node:os';
+import { fileURLToPath } from 'node:url';
+import test from 'ava';
+import { BENCH_USAGE, BenchUsageError, parseBenchArgs } from '../../bench/options.js';
+import { BenchWorld, gatewayChain, SOFT_LOOPBACK } from '../../bench/scenarios/chains.js';
+import { benchTempDir } from '../../bench/scenarios/temp.js';
+import { TEST_PROGRAM, TEST_VERSION } from '../../gateway/test-program/constants.js';
+import { serveTestProgram } from '../../gateway/test-program/server.js';
+import { nativeAvailability } from '../../rdma-backend/providers/native/index.js';
+import { answersNull } from '../interop/harness/rpc-ping.js';
+
+const RUN = fileURLToPath(new URL('../../bench/run.js', import.meta.url));
+const RESULTS = fileURLToPath(new URL('../../../bench/results', import.meta.url));
+const PROBE = { program: TEST_PROGRAM, version: TEST_VERSION };
+
+function iface(address: string, internal: boolean, family: 'IPv4' | 'IPv6' = 'IPv4'): NetworkInterfaceInfo {
+  return {
+    address,
+    internal,
+    family,
+    netmask: '255.0.0.0',
+    mac: '00:00:00:00:00:00',
+    cidr: null,
+    ...(family === 'IPv6' ? { scopeid: 0 } : {}),
+  } as NetworkInterfaceInfo;
+}
+
+const HOST = {
+  lo: [iface('127.0.0.1', true)],
+  eth0: [iface('fe80::1', false, 'IPv6'), iface('10.1.2.3', false)],
+};
+
+test('the defaults: every suite, no profile, the gateway chains on the soft provider over loopback', (t) => {
+  t.deepEqual(parseBenchArgs([]), {
+    help: false,
+    quick: false,
+    profile: false,
+    rdma: { provider: 'soft', address: '127.0.0.1' },
+  });
+  t.deepEqual(SOFT_LOOPBACK, { provider: 'soft', address: '127.0.0.1' });
+});
+
+test('flags and values, as separate arguments or NAME=VALUE', (t) => {
+  const o = parseBenchArgs(['--quick', '--only', 'scenarios,nfs', '--profile']);
+  t.true(o.quick);
+  t.true(o.profile);
+  t.deepEqual(o.only, ['scenarios', 'nfs']);
+  t.deepEqual(parseBenchArgs(['--only=rpc']).only, ['rpc']);
+  t.true(parseBenchArgs(['--help']).help);
+  t.deepEqual(parseBenchArgs(['--rdma-address', '192.0.2.7']).rdma, {
+    provider: 'soft',
+    address: '192.0.2.7',
+  });
+});
+
+test('native runs on the first non-loopback IPv4 address unless one is given', (t) => {
+  t.deepEqual(parseBenchArgs(['--rdma-provider', 'native'], HOST).rdma, {
+    provider: 'native',
+    address: '10.1.2.3',
+  });
+  t.deepEqual(parseBenchArgs(['--rdma-provider=native', '--rdma-address=fd00::5'], HOST).rdma, {
+    provider: 'native',
+    address: 'fd00::5',
+  });
+  const e = t.throws(() => parseBenchArgs(['--rdma-provider', 'native'], { lo: HOST.lo }), {
+    instanceOf: BenchUsageError,
+  });
+  t.regex(e!.message, /no non-loopback IPv4 address; give --rdma-address/);
+});
+
+test('anything else is refused with the reason and the usage', (t) => {
+  const cases: [string[], RegExp][] = [
+    [['--quik'], /^unknown argument --quik\n/],
+    [['--rdma-provider', 'rxe'], /^--rdma-provider must be soft or native \(got rxe\)/],
+    [['--rdma-provider', 'auto'], /^--rdma-provider must be soft or native \(got auto\)/],
+    [['--rdma-address', 'rdma-host'], /^--rdma-address must be an IP address \(got rdma-host\)/],
+    [['--only'], /^--only needs a value/],
+    [['--only', '--quick'], /^--only needs a value/],
+    [['--quick=yes'], /^--quick takes no value \(got --quick=yes\)/],
+    [['scenarios'], /^unknown argument scenarios/],
+  ];
+  for (const [argv, reason] of cases) {
+    const e = t.throws(() => parseBenchArgs(argv), { instanceOf: BenchUsageError }, argv.join(' '));
+    t.regex(e!.message, reason, argv.join(' '));
+    t.true(e!.message.endsWith(BENCH_USAGE), argv.join(' '));
+    t.is((e as BenchUsageError).code, 'ERR_BENCH_USAGE');
+  }
+});
+
+/** Runs dist/bench/run.js with `args`; its exit code and output. */
+async function runBench(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, [RUN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => {
+    stdout += d;
+  });
+  child.stderr.on('data', (d) => {
+    stderr += d;
+  });
+  const code = await new Promise<number | null>((resolve) => child.once('close', resolve));
+  return { code, stdout, stderr };
+}
+
+const resultFiles = () => (existsSync(RESULTS) ? readdirSync(RESULTS).length : 0);
+
+test('the bench refuses a bad argument before running anything, and --help prints the usage', async (t) => {
+  const before = resultFiles();
+  const bad = await runBench(['--only', 'protocol', '--bogus']);
+  t.is(bad.code, 2);
+  t.regex(bad.stderr, /^bench: unknown argument --bogus\nusage: npm run bench/);
+  t.notRegex(bad.stderr, /\[bench\] protocol/, 'no suite ran');
+  t.is(bad.stdout, '');
+  const help = await runBench(['--help']);
+  t.is(help.code, 0);
+  t.is(help.stdout, `${BENCH_USAGE}\n`);
+  t.is(resultFiles(), before, 'neither run wrote a result file');
+});
+
+const native = nativeAvailability();
+const noNative = native.available ? test.skip : test;
+if (native.available)
+  process.stderr.write(
+    `\n!!! an RDMA device exists (${native.devices.join(',')}): the bench's "native refused" tests are skipped; run \`npm run bench -- --rdma-provider native\` to measure it\n\n`,
+  );
+
+noNative(
+  'without a usable native provider, --rdma-provider native stops the bench with its reason',
+  async (t) => {
+    if (native.available) return;
+    const before = resultFiles();
+    const r = await runBench([
+      '--rdma-provider',
+      'native',
+      '--rdma-address',
+      '127.0.0.1',
+      '--only',
+      'protocol',
+    ]);
+    t.is(r.code, 1);
+    t.is(r.stderr, `bench: --rdma-provider native: ${native.message}\n`);
+    t.is(resultFiles(), before);
+  },
+);
+
+noNative('a native gateway chain without a usable provider fails to start, naming the reason', async (t) => {
+  if (native.available) return;
+  const world = new BenchWorld(benchTempDir('options-native'));
+  try {
+    const e = await t.throwsAsync(
+      gatewayChain(world, { host: '127.0.0.1', port: 9 }, PROBE, {
+        protocolVersion: 2,
+        poolSize: 1,
+        rdma: { provider: 'native', address: '127.0.0.1' },
+      }),
+    );
+    t.regex(e!.message, /^responder exited before it was ready\n/);
+    // The responder's own words (its first line: the message may wrap in the log).
+    t.true(e!.message.includes(native.message.split('\n')[0]), e!.message);
+  } finally {
+    await world.close();
+  }
+});
+
+test('a soft gateway chain relays NULL from the load side to the upstream and says what it runs on', async (t) => {
+  const upstream = await serveTestProgram();
+  const world = new BenchWorld(benchTempDir('options-soft'));
+  try {
+    const { host, port } = upstream.addresses[0];
+    const chain = await gatewayChain(world, { host, port }, PROBE, { protocolVersion: 2, poolSize: 1 });
+    t.is(chain.id, 'gw-v2-p1');
+    t.is(chain.label, 'gateway V2 pool 1 → soft iWARP → responder');
+    t.is(chain.endpoint.host, '127.0.0.1');
+    t.true(await answersNull('127.0.0.1', chain.endpoint.port, TEST_PROGRAM, TEST_VERSION));
+    t.true(
+      (upstream.handler.stats.calls.NULL ?? 0) >= 2,
+      'the readiness probe and this call reached the upstream',
+    );
+    await chain.stop();
+  } finally {
+    await world.close();
+    await upstream.close();
+  }
+});
