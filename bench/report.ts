@@ -11,6 +11,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { BenchRow } from './harness.js';
 import type { LatencySummary } from './loadgen/spec.js';
+import type { BenchRdma } from './options.js';
 
 interface ResultFile {
   date: string;
@@ -18,6 +19,8 @@ interface ResultFile {
   platform: string;
   quick: boolean;
   machine?: Record<string, unknown>;
+  /** The gateway chains' RDMA provider (absent in files from before `--rdma-provider`: soft). */
+  rdma?: BenchRdma;
   rows: BenchRow[];
 }
 
@@ -25,6 +28,7 @@ const COLORS: Record<string, string> = {
   direct: '#9e9e9e',
   haproxy: '#3b6fb6',
   socat: '#2a9d8f',
+  node: '#8e6bb8',
   gateway: '#e07a1f',
 };
 
@@ -125,7 +129,11 @@ export function renderSvg(result: ResultFile): string {
     ['direct', COLORS.direct],
     ['haproxy ×2', COLORS.haproxy],
     ['socat ×2', COLORS.socat],
-    ['gateway → soft iWARP → responder', COLORS.gateway],
+    ['Node.js relay ×2', COLORS.node],
+    [
+      `gateway → ${result.rdma?.provider === 'native' ? 'native verbs' : 'soft iWARP'} → responder`,
+      COLORS.gateway,
+    ],
   ];
   let lxPos = 10;
   y += 14;

@@ -231,6 +231,38 @@ export async function socatChain(world: BenchWorld, upstream: Endpoint, probe: P
   };
 }
 
+const NODE_RELAY = fileURLToPath(new URL('./node-relay.js', import.meta.url));
+
+/** Two Node.js TCP relays in series (bench/scenarios/node-relay.ts): the floor of a Node.js chain. */
+export async function nodeChain(world: BenchWorld, upstream: Endpoint, probe: Probe): Promise<Chain> {
+  const [p1, p2] = await freePorts(2);
+  const procs: ManagedProcess[] = [];
+  for (const [listen, next, name] of [
+    [p2, upstream, 'node2'],
+    [p1, { host: '127.0.0.1', port: p2 }, 'node1'],
+  ] as const) {
+    procs.push(
+      await world.start(
+        name,
+        process.execPath,
+        [NODE_RELAY, String(listen), `${next.host}:${next.port}`],
+        () => answersNull('127.0.0.1', listen, probe.program, probe.version),
+      ),
+    );
+  }
+  return {
+    id: 'node',
+    label: 'Node.js relay ×2 (net pipe, no parsing)',
+    kind: 'baseline',
+    endpoint: { host: '127.0.0.1', port: p1 },
+    watched: [
+      { role: 'hop1', pid: procs[1].pid, group: false },
+      { role: 'hop2', pid: procs[0].pid, group: false },
+    ],
+    stop: () => world.stopAll(procs),
+  };
+}
+
 export function gatewayId(o: GatewayOptions): string {
   return `gw-v${o.protocolVersion}-p${o.poolSize}`;
 }

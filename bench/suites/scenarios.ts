@@ -2,7 +2,8 @@
  * End-to-end scenarios: the load generator (its own process) against one test-program server, directly
  * and through each chain in `chains.ts`, in one run, so every figure has its baselines beside it.
  *
- * Order (fixed): chains direct, haproxy ×2, socat ×2, then the gateway with Version 2 pool 1, Version 2
+ * Order (fixed): chains direct, haproxy ×2, socat ×2, Node.js relay ×2 (the floor of any two-process
+ * Node.js chain: no parsing, no RDMA), then the gateway with Version 2 pool 1, Version 2
  * pool 4, Version 1 pool 1, Version 1 pool 4; on each freshly started chain first the idle-clients pair
  * (busy clients alone, then with the idle ones: RSS is sampled before any bulk workload left garbage),
  * then the workloads below in the order listed. Rows compare each chain with the haproxy chain (the
@@ -29,6 +30,7 @@ import {
   gatewayChain,
   gatewayId,
   haproxyChain,
+  nodeChain,
   socatChain,
   startTestProgram,
 } from '../scenarios/chains.js';
@@ -126,7 +128,7 @@ function planFor(ctx: BenchContext): Plan {
   const chains = envList('BENCH_CHAINS');
   const workloads = envList('BENCH_WORKLOADS');
   return {
-    chainIds: ['direct', 'haproxy', ctx.quick ? '' : 'socat', ...gateways.map(gatewayId)].filter(
+    chainIds: ['direct', 'haproxy', ctx.quick ? '' : 'socat', 'node', ...gateways.map(gatewayId)].filter(
       (c) => c !== '' && (!chains || chains.includes(c)),
     ),
     workloadIds: WORKLOADS.map((w) => w.id).filter((w) => !workloads || workloads.includes(w)),
@@ -176,6 +178,7 @@ async function startChain(
   if (id === 'direct') return upstream;
   if (id === 'haproxy') return haproxyChain(world, upstream.endpoint, PROBE);
   if (id === 'socat') return socatChain(world, upstream.endpoint, PROBE);
+  if (id === 'node') return nodeChain(world, upstream.endpoint, PROBE);
   const g = GATEWAYS.find((o) => gatewayId(o) === id)!;
   return gatewayChain(world, upstream.endpoint, PROBE, { ...g, profileDir, rdma });
 }
@@ -189,6 +192,7 @@ export const CHAIN_LABELS: Record<string, string> = {
   direct: 'direct',
   haproxy: 'haproxy ×2',
   socat: 'socat ×2',
+  node: 'Node.js relay ×2',
 };
 export const chainLabel = (id: string) => CHAIN_LABELS[id] ?? GATEWAY_LABEL(id);
 

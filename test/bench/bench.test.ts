@@ -209,21 +209,36 @@ test('a harness row without a baseline has no ratio and a value target is judged
 test('the chart groups rows by workload and shows every chain and the targets', (t) => {
   const results = new Map<string, Measured>([
     ['haproxy/null-c64', { result: result(50_000, 0, 2000) }],
+    ['node/null-c64', { result: result(44_000, 0, 2200) }],
     ['gw-v1-p1/null-c64', { result: result(20_000, 0, 9000) }],
   ]);
-  const rows = rowsOf(['haproxy', 'gw-v1-p1'], results, 10);
+  const rows = rowsOf(['haproxy', 'node', 'gw-v1-p1'], results, 10);
   const ps = panels(rows);
   t.is(ps.length, 1, 'the p99 row is not a panel of its own');
   t.deepEqual(
     ps[0].bars.map((b) => b.scenario),
-    ['haproxy', 'gw-v1-p1'],
+    ['haproxy', 'node', 'gw-v1-p1'],
   );
+  const nodeRow = rowNamed(rows, 'null-c64 node');
+  t.is(nodeRow.ratio, 44_000 / 50_000, 'the Node.js relay is compared with the haproxy chain');
+  t.is(nodeRow.target, undefined, 'and has no target of its own');
   const svg = renderSvg({ date: 'd', node: 'v20', platform: 'linux-x64', quick: false, rows });
   t.regex(svg, /^<\?xml/);
   t.regex(svg, /<svg [^>]*width="1000"/);
   t.regex(svg, /gateway V1 pool 1/);
+  t.regex(svg, /Node\.js relay ×2/);
+  t.regex(svg, /gateway → soft iWARP → responder/);
   t.regex(svg, /NOT MET/);
   t.notRegex(svg, /NaN/);
+  const native = renderSvg({
+    date: 'd',
+    node: 'v20',
+    platform: 'linux-x64',
+    quick: false,
+    rdma: { provider: 'native', address: '10.1.2.3' },
+    rows,
+  });
+  t.regex(native, /gateway → native verbs → responder/);
 });
 
 test('profile summary: self time per function, idle excluded from the functions', (t) => {

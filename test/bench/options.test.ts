@@ -1,7 +1,7 @@
 /**
  * `npm run bench`'s command line: the arguments it takes, the ones it refuses before measuring anything,
  * and the gateway chains' RDMA provider (soft over loopback by default; native for a host with an RDMA
- * device, refused with the provider's own reason where there is none).
+ * device, refused at once with the provider's own reason where there is none).
  */
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
@@ -9,16 +9,11 @@ import type { NetworkInterfaceInfo } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import test from 'ava';
 import { BENCH_USAGE, BenchUsageError, parseBenchArgs } from '../../bench/options.js';
-import { BenchWorld, gatewayChain, SOFT_LOOPBACK } from '../../bench/scenarios/chains.js';
-import { benchTempDir } from '../../bench/scenarios/temp.js';
-import { TEST_PROGRAM, TEST_VERSION } from '../../gateway/test-program/constants.js';
-import { serveTestProgram } from '../../gateway/test-program/server.js';
+import { SOFT_LOOPBACK } from '../../bench/scenarios/chains.js';
 import { nativeAvailability } from '../../rdma-backend/providers/native/index.js';
-import { answersNull } from '../interop/harness/rpc-ping.js';
 
 const RUN = fileURLToPath(new URL('../../bench/run.js', import.meta.url));
 const RESULTS = fileURLToPath(new URL('../../../bench/results', import.meta.url));
-const PROBE = { program: TEST_PROGRAM, version: TEST_VERSION };
 
 function iface(address: string, internal: boolean, family: 'IPv4' | 'IPv6' = 'IPv4'): NetworkInterfaceInfo {
   return {
@@ -149,43 +144,3 @@ noNative(
     t.is(resultFiles(), before);
   },
 );
-
-noNative('a native gateway chain without a usable provider fails to start, naming the reason', async (t) => {
-  if (native.available) return;
-  const world = new BenchWorld(benchTempDir('options-native'));
-  try {
-    const e = await t.throwsAsync(
-      gatewayChain(world, { host: '127.0.0.1', port: 9 }, PROBE, {
-        protocolVersion: 2,
-        poolSize: 1,
-        rdma: { provider: 'native', address: '127.0.0.1' },
-      }),
-    );
-    t.regex(e!.message, /^responder exited before it was ready\n/);
-    // The responder's own words (its first line: the message may wrap in the log).
-    t.true(e!.message.includes(native.message.split('\n')[0]), e!.message);
-  } finally {
-    await world.close();
-  }
-});
-
-test('a soft gateway chain relays NULL from the load side to the upstream and says what it runs on', async (t) => {
-  const upstream = await serveTestProgram();
-  const world = new BenchWorld(benchTempDir('options-soft'));
-  try {
-    const { host, port } = upstream.addresses[0];
-    const chain = await gatewayChain(world, { host, port }, PROBE, { protocolVersion: 2, poolSize: 1 });
-    t.is(chain.id, 'gw-v2-p1');
-    t.is(chain.label, 'gateway V2 pool 1 → soft iWARP → responder');
-    t.is(chain.endpoint.host, '127.0.0.1');
-    t.true(await answersNull('127.0.0.1', chain.endpoint.port, TEST_PROGRAM, TEST_VERSION));
-    t.true(
-      (upstream.handler.stats.calls.NULL ?? 0) >= 2,
-      'the readiness probe and this call reached the upstream',
-    );
-    await chain.stop();
-  } finally {
-    await world.close();
-    await upstream.close();
-  }
-});
