@@ -4,6 +4,7 @@
  *   direct           load generator → upstream (the ceiling)
  *   haproxy ×2   load generator → haproxy (mode tcp) → haproxy → upstream (two hops, like the gateway)
  *   socat ×2     load generator → socat -b 1048576 → socat -b 1048576 → upstream
+ *   node ×2      load generator → Node.js relay → Node.js relay → upstream (net pipe, no parsing)
  *   gateway      load generator → gateway (TCP frontend → soft iWARP, or native verbs with
  *                --rdma-provider native) → responder process → upstream
  *
@@ -168,96 +169,84 @@ backend next
 `;
 }
 
-export async function haproxyChain(world: BenchWorld, upstream: Endpoint, probe: Probe): Promise<Chain> {
+/** A relay that two hops of the baseline chains are made of. */
+interface Relay {
+  label: string;
+  command: string;
+  /** Arguments of one hop listening on `listen` and relaying to `next`. */
+  args(listen: number, next: Endpoint, world: BenchWorld, name: string): string[];
+  /** Watch each hop's whole process group (a relay that forks per connection). */
+  group: boolean;
+}
+
+export type RelayId = 'haproxy' | 'socat' | 'node';
+
+const RELAYS: Record<RelayId, Relay> = {
+  haproxy: {
+    label: 'haproxy ×2 (mode tcp, 1 thread each)',
+    command: 'haproxy',
+    args(listen, next, world, name) {
+      const cfg = join(world.dir, `${name}-${listen}.cfg`);
+      writeFileSync(cfg, haproxyConfig(listen, next));
+      return ['-db', '-f', cfg];
+    },
+    group: false,
+  },
+  socat: {
+    label: 'socat -b 1048576 ×2',
+    command: 'socat',
+    args: (listen, next) => [
+      '-b',
+      '1048576',
+      `TCP-LISTEN:${listen},bind=127.0.0.1,reuseaddr,fork,nodelay,backlog=1024`,
+      `TCP:${next.host}:${next.port},nodelay`,
+    ],
+    group: true,
+  },
+  // bench/scenarios/node-relay.ts: the floor of any two-process Node.js chain.
+  node: {
+    label: 'Node.js relay ×2 (net pipe, no parsing)',
+    command: process.execPath,
+    args: (listen, next) => [
+      fileURLToPath(new URL('./node-relay.js', import.meta.url)),
+      String(listen),
+      `${next.host}:${next.port}`,
+    ],
+    group: false,
+  },
+};
+
+/**
+ * Two relays of one kind in series in front of `upstream`, with the id `relay`: the second hop starts
+ * first, and each is ready when a NULL call answers through it.
+ */
+export async function relayChain(
+  relay: RelayId,
+  world: BenchWorld,
+  upstream: Endpoint,
+  probe: Probe,
+): Promise<Chain> {
+  const r = RELAYS[relay];
   const [p1, p2] = await freePorts(2);
   const procs: ManagedProcess[] = [];
   for (const [listen, next, name] of [
-    [p2, upstream, 'haproxy2'],
-    [p1, { host: '127.0.0.1', port: p2 }, 'haproxy1'],
+    [p2, upstream, `${relay}2`],
+    [p1, { host: '127.0.0.1', port: p2 }, `${relay}1`],
   ] as const) {
-    const cfg = join(world.dir, `${name}-${listen}.cfg`);
-    writeFileSync(cfg, haproxyConfig(listen, next));
     procs.push(
-      await world.start(name, 'haproxy', ['-db', '-f', cfg], () =>
+      await world.start(name, r.command, r.args(listen, next, world, name), () =>
         answersNull('127.0.0.1', listen, probe.program, probe.version),
       ),
     );
   }
   return {
-    id: 'haproxy',
-    label: 'haproxy ×2 (mode tcp, 1 thread each)',
+    id: relay,
+    label: r.label,
     kind: 'baseline',
     endpoint: { host: '127.0.0.1', port: p1 },
     watched: [
-      { role: 'hop1', pid: procs[1].pid, group: false },
-      { role: 'hop2', pid: procs[0].pid, group: false },
-    ],
-    stop: () => world.stopAll(procs),
-  };
-}
-
-export async function socatChain(world: BenchWorld, upstream: Endpoint, probe: Probe): Promise<Chain> {
-  const [p1, p2] = await freePorts(2);
-  const procs: ManagedProcess[] = [];
-  for (const [listen, next, name] of [
-    [p2, upstream, 'socat2'],
-    [p1, { host: '127.0.0.1', port: p2 }, 'socat1'],
-  ] as const) {
-    procs.push(
-      await world.start(
-        name,
-        'socat',
-        [
-          '-b',
-          '1048576',
-          `TCP-LISTEN:${listen},bind=127.0.0.1,reuseaddr,fork,nodelay,backlog=1024`,
-          `TCP:${next.host}:${next.port},nodelay`,
-        ],
-        () => answersNull('127.0.0.1', listen, probe.program, probe.version),
-      ),
-    );
-  }
-  return {
-    id: 'socat',
-    label: 'socat -b 1048576 ×2',
-    kind: 'baseline',
-    endpoint: { host: '127.0.0.1', port: p1 },
-    // socat forks a child per connection: count the whole process group.
-    watched: [
-      { role: 'hop1', pid: procs[1].pid, group: true },
-      { role: 'hop2', pid: procs[0].pid, group: true },
-    ],
-    stop: () => world.stopAll(procs),
-  };
-}
-
-const NODE_RELAY = fileURLToPath(new URL('./node-relay.js', import.meta.url));
-
-/** Two Node.js TCP relays in series (bench/scenarios/node-relay.ts): the floor of a Node.js chain. */
-export async function nodeChain(world: BenchWorld, upstream: Endpoint, probe: Probe): Promise<Chain> {
-  const [p1, p2] = await freePorts(2);
-  const procs: ManagedProcess[] = [];
-  for (const [listen, next, name] of [
-    [p2, upstream, 'node2'],
-    [p1, { host: '127.0.0.1', port: p2 }, 'node1'],
-  ] as const) {
-    procs.push(
-      await world.start(
-        name,
-        process.execPath,
-        [NODE_RELAY, String(listen), `${next.host}:${next.port}`],
-        () => answersNull('127.0.0.1', listen, probe.program, probe.version),
-      ),
-    );
-  }
-  return {
-    id: 'node',
-    label: 'Node.js relay ×2 (net pipe, no parsing)',
-    kind: 'baseline',
-    endpoint: { host: '127.0.0.1', port: p1 },
-    watched: [
-      { role: 'hop1', pid: procs[1].pid, group: false },
-      { role: 'hop2', pid: procs[0].pid, group: false },
+      { role: 'hop1', pid: procs[1].pid, group: r.group },
+      { role: 'hop2', pid: procs[0].pid, group: r.group },
     ],
     stop: () => world.stopAll(procs),
   };

@@ -22,7 +22,7 @@ import { useRpcbind } from '../../test/interop/harness/rpcbind.js';
 import { InteropSession } from '../../test/interop/harness/session.js';
 import { type BenchContext, type BenchRow, row, type Suite } from '../harness.js';
 import { Progress } from '../progress.js';
-import { BenchWorld, type Chain, gatewayChain, socatChain } from '../scenarios/chains.js';
+import { BenchWorld, type Chain, gatewayChain, relayChain } from '../scenarios/chains.js';
 import { type ResourceFigures, ResourceSampler } from '../scenarios/resources.js';
 import { benchTempDir } from '../scenarios/temp.js';
 import { chainLabel } from './scenarios.js';
@@ -123,7 +123,7 @@ export const nfsSuite: Suite = {
                   stop: async () => {},
                 }
               : id === 'socat'
-                ? await socatChain(world, upstream, probe)
+                ? await relayChain('socat', world, upstream, probe)
                 : await gatewayChain(world, upstream, probe, {
                     protocolVersion: 2,
                     poolSize: 4,

@@ -29,9 +29,7 @@ import {
   type GatewayOptions,
   gatewayChain,
   gatewayId,
-  haproxyChain,
-  nodeChain,
-  socatChain,
+  relayChain,
   startTestProgram,
 } from '../scenarios/chains.js';
 import {
@@ -176,9 +174,8 @@ async function startChain(
   rdma?: BenchRdma,
 ): Promise<Chain> {
   if (id === 'direct') return upstream;
-  if (id === 'haproxy') return haproxyChain(world, upstream.endpoint, PROBE);
-  if (id === 'socat') return socatChain(world, upstream.endpoint, PROBE);
-  if (id === 'node') return nodeChain(world, upstream.endpoint, PROBE);
+  if (id === 'haproxy' || id === 'socat' || id === 'node')
+    return relayChain(id, world, upstream.endpoint, PROBE);
   const g = GATEWAYS.find((o) => gatewayId(o) === id)!;
   return gatewayChain(world, upstream.endpoint, PROBE, { ...g, profileDir, rdma });
 }

@@ -4,7 +4,7 @@
  * cannot start must say why.
  */
 import test from 'ava';
-import { BenchWorld, gatewayChain, nodeChain } from '../../bench/scenarios/chains.js';
+import { BenchWorld, gatewayChain, relayChain } from '../../bench/scenarios/chains.js';
 import { benchTempDir } from '../../bench/scenarios/temp.js';
 import { TEST_PROGRAM, TEST_VERSION } from '../../gateway/test-program/constants.js';
 import { serveTestProgram, type TestProgramServer } from '../../gateway/test-program/server.js';
@@ -31,7 +31,7 @@ async function withUpstream(
 test('the Node.js relay chain relays NULL through two relay processes', async (t) => {
   await withUpstream('chains-node', async (world, upstream) => {
     const { host, port } = upstream.addresses[0];
-    const chain = await nodeChain(world, { host, port }, PROBE);
+    const chain = await relayChain('node', world, { host, port }, PROBE);
     t.is(chain.id, 'node');
     t.is(chain.kind, 'baseline');
     t.deepEqual(
