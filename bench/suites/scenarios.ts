@@ -343,7 +343,7 @@ export function buildRows(plan: Plan, results: Map<string, Measured>): BenchRow[
     const busyW = { id: `busy${BUSY_CLIENTS}`, ops: one('null') };
     if (firstWithIdle?.idleRss) {
       // The process that holds the clients' connections: the gateway, the first hop, or the server.
-      const role = isGateway ? 'gateway' : chainId === 'haproxy' ? 'hop1' : 'server';
+      const role = isGateway ? 'gateway' : chainId === 'direct' ? 'server' : 'hop1';
       const { before, after } = firstWithIdle.idleRss;
       const again = perClient(againWithIdle, role);
       rows.push(

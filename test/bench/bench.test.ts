@@ -194,6 +194,20 @@ test('the idle pair measured twice: each side of the rate ratio is its better pa
   t.deepEqual(rss.extra?.runs, [5, 7]);
 });
 
+test("the idle clients' RSS is read from the process that holds their connections", (t) => {
+  const idleRss = {
+    before: { server: 50_000, hop1: 10_000, hop2: 10_000 },
+    after: { server: 52_000, hop1: 13_000, hop2: 10_100 },
+  };
+  const results = new Map<string, Measured>();
+  for (const chain of ['direct', 'haproxy', 'socat', 'node'])
+    results.set(`${chain}/busy+idle`, { result: result(20_000, 0, 100), idleRss });
+  const rows = rowsOf(['direct', 'haproxy', 'node'], results, 1000);
+  t.like(rowNamed(rows, 'idle1000 RSS/client direct'), { value: 2, unit: 'KiB (server)' });
+  t.like(rowNamed(rows, 'idle1000 RSS/client haproxy'), { value: 3, unit: 'KiB (hop1)' });
+  t.like(rowNamed(rows, 'idle1000 RSS/client node'), { value: 3, unit: 'KiB (hop1)', target: undefined });
+});
+
 test('a harness row without a baseline has no ratio and a value target is judged on the value', (t) => {
   const r = row({
     suite: 's',
