@@ -9,7 +9,7 @@ import { firstExternalIPv4 } from '../test/helpers/addresses.js';
 export const BENCH_USAGE = `usage: npm run bench -- [--quick] [--only SUITE[,SUITE]] [--profile]
                        [--rdma-provider soft|native] [--rdma-address IP]
   --quick           a short smoke run (CI runs it; timings are reported, not asserted)
-  --only            run only the named suites (protocol, rpc, soft-provider, transport, scenarios, nfs)
+  --only            run only the named suites (rpc, protocol, soft-provider, transport, scenarios, nfs)
   --profile         V8 CPU profiles and flame graphs of the gateway and the responder processes
   --rdma-provider   the RDMA provider of the gateway chains: soft (default; userspace iWARP over TCP on
                     this host's CPUs) or native (the verbs addon: an RNIC, rxe or siw)

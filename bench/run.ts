@@ -34,6 +34,15 @@ async function main(): Promise<void> {
     return;
   }
   const { quick, only, rdma } = options;
+  const unknown = only?.filter((name) => !suites.some((s) => s.name === name)) ?? [];
+  if (unknown.length > 0) {
+    process.stderr.write(
+      `bench: no suite named ${unknown.join(', ')}; suites: ${suites.map((s) => s.name).join(', ')}\n`,
+    );
+    process.exitCode = 2;
+    return;
+  }
+  const selected: Suite[] = only ? suites.filter((s) => only.includes(s.name)) : suites;
   if (rdma.provider === 'native') {
     // Refused now, not after the micro-benchmarks: the gateway chains could not start.
     const native = nativeAvailability();
@@ -54,10 +63,6 @@ async function main(): Promise<void> {
     profileDir: options.profile ? join(dir, 'profiles', stamp) : undefined,
     rdma,
   };
-  const selected: Suite[] = only ? suites.filter((s) => only.includes(s.name)) : suites;
-  if (only && selected.length === 0) {
-    throw new Error(`no suite named ${only.join(',')}; suites: ${suites.map((s) => s.name).join(', ')}`);
-  }
   const rows: BenchRow[] = [];
   for (const suite of selected) {
     ctx.log(`[bench] ${suite.name} ...`);

@@ -113,6 +113,10 @@ test('the bench refuses a bad argument before running anything, and --help print
   t.regex(bad.stderr, /^bench: unknown argument --bogus\nusage: npm run bench/);
   t.notRegex(bad.stderr, /\[bench\] protocol/, 'no suite ran');
   t.is(bad.stdout, '');
+  const unknown = await runBench(['--only', 'protocol,scenarioz']);
+  t.is(unknown.code, 2);
+  t.regex(unknown.stderr, /^bench: no suite named scenarioz; suites: .*\bscenarios\b/);
+  t.notRegex(unknown.stderr, /\[bench\] protocol/, 'not even the suite that exists ran');
   const help = await runBench(['--help']);
   t.is(help.code, 0);
   t.is(help.stdout, `${BENCH_USAGE}\n`);
