@@ -87,10 +87,31 @@ export interface RpcClientStats {
   bytesIn: number;
 }
 
+/**
+ * Hears how a call ended, with the `token` it was given: `forwardRaw`'s caller (a forwarder keeps one
+ * receiver and passes its per-call state as the token, so a call costs no closure and no promise), or the
+ * promise of `call` / `callRaw`.
+ */
+export interface CallReceiver<T> {
+  onCallReply(token: T, reply: RpcReply): void;
+  onCallFailed(token: T, err: RpcClientError): void;
+}
+
+interface PromiseSettlers {
+  resolve: (reply: RpcReply) => void;
+  reject: (err: RpcClientError) => void;
+}
+
+const PROMISE_RECEIVER: CallReceiver<PromiseSettlers> = {
+  onCallReply: (p, reply) => p.resolve(reply),
+  onCallFailed: (p, err) => p.reject(err),
+};
+
 interface PendingCall {
   xid: number;
-  resolve: (reply: RpcReply) => void;
-  reject: (err: Error) => void;
+  // biome-ignore lint/suspicious/noExplicitAny: each call's receiver matches its own token
+  receiver: CallReceiver<any>;
+  token: unknown;
   /** The framed message until it is written. */
   parts: Buffer[] | undefined;
   timer: NodeJS.Timeout | undefined;
@@ -236,7 +257,7 @@ export class RpcClient {
     writeRecordMark(head, 0, headerBytes + argBytes, true);
     const parts: Buffer[] = [head];
     for (let i = 0; i < argParts.length; i++) if (argParts[i].length > 0) parts.push(argParts[i]);
-    return this.submit(xid, parts, options.timeoutMs ?? this.callTimeoutMs);
+    return this.submitPromise(xid, parts, options.timeoutMs ?? this.callTimeoutMs);
   }
 
   /**
@@ -244,17 +265,37 @@ export class RpcClient {
    * least the XID) and resolves with the reply carrying that XID. For forwarding: the caller owns XIDs.
    */
   callRaw(message: readonly Buffer[], options: CallOptions = {}): Promise<RpcReply> {
+    return new Promise<RpcReply>((resolve, reject) =>
+      this.forwardRaw(message, PROMISE_RECEIVER, { resolve, reject }, options),
+    );
+  }
+
+  /**
+   * `callRaw` for a forwarder: the outcome goes to `receiver` with `token`, never through a promise. A
+   * call that cannot be sent (the client is closed or closing, or its XID is outstanding:
+   * ERR_CLIENT_XID_IN_USE) fails at once, before this returns.
+   */
+  forwardRaw<T>(
+    message: readonly Buffer[],
+    receiver: CallReceiver<T>,
+    token: T,
+    options: CallOptions = {},
+  ): void {
     const xid = peekXid(message[0] ?? Buffer.alloc(0));
     if (this.pending.has(xid) || this.isQueued(xid)) {
-      return Promise.reject(
+      receiver.onCallFailed(
+        token,
         new RpcClientError('ERR_CLIENT_XID_IN_USE', `xid ${xid} already has a call outstanding`, { xid }),
       );
+      return;
     }
     let total = 0;
-    for (const p of message) total += p.length;
+    for (let i = 0; i < message.length; i++) total += message[i].length;
     const mark = Buffer.allocUnsafe(4);
     writeRecordMark(mark, 0, total, true);
-    return this.submit(xid, [mark, ...message], options.timeoutMs ?? this.callTimeoutMs);
+    const parts: Buffer[] = [mark];
+    for (let i = 0; i < message.length; i++) parts.push(message[i]);
+    this.submit(xid, parts, options.timeoutMs ?? this.callTimeoutMs, receiver, token);
   }
 
   /**
@@ -314,21 +355,33 @@ export class RpcClient {
     return false;
   }
 
-  private submit(xid: number, parts: Buffer[], timeoutMs: number): Promise<RpcReply> {
+  private submitPromise(xid: number, parts: Buffer[], timeoutMs: number): Promise<RpcReply> {
+    return new Promise<RpcReply>((resolve, reject) =>
+      this.submit(xid, parts, timeoutMs, PROMISE_RECEIVER, { resolve, reject }),
+    );
+  }
+
+  private submit<T>(
+    xid: number,
+    parts: Buffer[],
+    timeoutMs: number,
+    receiver: CallReceiver<T>,
+    token: T,
+  ): void {
     if (this.closed || this.ending) {
-      return Promise.reject(
+      receiver.onCallFailed(
+        token,
         this.closeError ??
           new RpcClientError('ERR_CLIENT_CLOSED', 'the client is closed', {
             server: formatHostPort(this.host, this.port),
           }),
       );
+      return;
     }
-    return new Promise<RpcReply>((resolve, reject) => {
-      const call: PendingCall = { xid, resolve, reject, parts, timer: undefined };
-      if (timeoutMs > 0) call.timer = setTimeout(() => this.timeOut(call, timeoutMs), timeoutMs);
-      this.queue.push(call);
-      this.pump();
-    });
+    const call: PendingCall = { xid, receiver, token, parts, timer: undefined };
+    if (timeoutMs > 0) call.timer = setTimeout(() => this.timeOut(call, timeoutMs), timeoutMs);
+    this.queue.push(call);
+    this.pump();
   }
 
   private pump(): void {
@@ -413,7 +466,8 @@ export class RpcClient {
     try {
       h.decode(record);
     } catch (err) {
-      call.reject(
+      call.receiver.onCallFailed(
+        call.token,
         new RpcClientError(
           'ERR_CLIENT_BAD_REPLY',
           `reply to xid ${xid} does not decode`,
@@ -423,7 +477,7 @@ export class RpcClient {
       );
       return;
     }
-    call.resolve({
+    call.receiver.onCallReply(call.token, {
       xid,
       replyStat: h.replyStat,
       acceptStat: h.acceptStat,
@@ -455,7 +509,8 @@ export class RpcClient {
       this.queue.splice(i, 1);
       this.notifyIfIdle();
     }
-    call.reject(
+    call.receiver.onCallFailed(
+      call.token,
       new RpcClientError('ERR_CLIENT_TIMEOUT', `no reply to xid ${call.xid} within ${timeoutMs} ms`, {
         xid: call.xid,
         timeoutMs,
@@ -492,7 +547,7 @@ export class RpcClient {
     this.onWire = 0;
     for (const call of failed) {
       if (call.timer) clearTimeout(call.timer);
-      call.reject(error);
+      call.receiver.onCallFailed(call.token, error);
     }
     for (const resolve of this.closeWaiters.splice(0)) resolve();
     const clean = this.ending && failed.length === 0 && !this.closeError;

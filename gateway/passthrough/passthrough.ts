@@ -19,7 +19,7 @@ import type { Logger } from 'pino';
 import { pino } from 'pino';
 import { AuthFlavor } from '../../rpc/constants.js';
 import { formatHostPort, type HostPort } from '../../tcp-frontend/address.js';
-import type { RpcReply } from '../../tcp-frontend/client.js';
+import type { CallReceiver, RpcClientError, RpcReply } from '../../tcp-frontend/client.js';
 import type { FrontendConnection } from '../../tcp-frontend/server.js';
 import type { Route, TcpRouteHandler } from '../dispatch.js';
 import { type UpstreamLink, UpstreamPool, type UpstreamPoolOptions } from './upstream-pool.js';
@@ -65,7 +65,9 @@ interface Forwarded {
   xid: number;
 }
 
-export class Passthrough implements TcpRouteHandler {
+const EMPTY = Buffer.alloc(0);
+
+export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
   readonly stats: PassthroughStats = {
     calls: 0,
     replies: 0,
@@ -78,6 +80,10 @@ export class Passthrough implements TcpRouteHandler {
     errors: {},
   };
   private readonly pools = new Map<string, UpstreamPool>();
+  /** Each route's pool, so that a call finds it without building the target's key. */
+  private readonly routePools = new WeakMap<Route, UpstreamPool>();
+  /** The one-part message handed to `forwardRaw` (the client copies the part list before returning). */
+  private readonly one: Buffer[] = [EMPTY];
   private readonly defaultUpstream: HostPort | null;
   private readonly poolOptions: Omit<UpstreamPoolOptions, 'target'>;
   private readonly log: Logger;
@@ -103,17 +109,11 @@ export class Passthrough implements TcpRouteHandler {
   }
 
   forward(conn: FrontendConnection, record: Buffer, route: Route): void {
-    const target = route.upstream ?? this.defaultUpstream;
-    if (target === null || this.closed) {
-      // The dispatcher refuses such a table at start; this is the stop race.
+    const pool = this.closed ? undefined : (this.routePools.get(route) ?? this.poolFor(route));
+    if (pool === undefined) {
+      // The dispatcher refuses a table without an upstream at start; this is the stop race.
       this.fail(conn, 'ERR_UPSTREAM_UNAVAILABLE', 'no upstream for the tcp route', {});
       return;
-    }
-    const k = formatHostPort(target.host, target.port);
-    let pool = this.pools.get(k);
-    if (!pool) {
-      pool = new UpstreamPool({ ...this.poolOptions, target });
-      this.pools.set(k, pool);
     }
     this.stats.calls++;
     this.stats.inFlight++;
@@ -124,16 +124,36 @@ export class Passthrough implements TcpRouteHandler {
       link: null as unknown as UpstreamLink,
       xid: 0,
     };
+    const link = pool.openLink();
+    if (link !== null) {
+      this.send(f, link, record);
+      return;
+    }
+    // No connection yet (first use, or every one lost): wait for one.
     pool.acquire().then(
-      (link) => this.send(f, link, record),
+      (opened) => this.send(f, opened, record),
       (err: { code?: string; message: string; details?: Record<string, unknown> }) => {
         this.stats.inFlight--;
-        this.fail(conn, 'ERR_UPSTREAM_UNAVAILABLE', `upstream ${k} unavailable: ${err.message}`, {
-          upstream: k,
+        this.fail(conn, 'ERR_UPSTREAM_UNAVAILABLE', `upstream ${pool.target} unavailable: ${err.message}`, {
+          upstream: pool.target,
           cause: err.code,
         });
       },
     );
+  }
+
+  /** The pool of `route`'s target (shared by every route to it), remembered for the route. */
+  private poolFor(route: Route): UpstreamPool | undefined {
+    const target = route.upstream ?? this.defaultUpstream;
+    if (target === null) return undefined;
+    const k = formatHostPort(target.host, target.port);
+    let pool = this.pools.get(k);
+    if (!pool) {
+      pool = new UpstreamPool({ ...this.poolOptions, target });
+      this.pools.set(k, pool);
+    }
+    this.routePools.set(route, pool);
+    return pool;
   }
 
   onClose(_conn: FrontendConnection): void {
@@ -158,13 +178,15 @@ export class Passthrough implements TcpRouteHandler {
     f.link = link;
     f.xid = f.gss ? f.clientXid : link.allocateXid();
     if (!f.gss) record.writeUInt32BE(f.xid, 0);
-    link.client.callRaw([record]).then(
-      (reply) => this.onReply(f, reply),
-      (err: { code?: string; message: string }) => this.onFailed(f, err),
-    );
+    // A refusal (XID in use, client closing) is reported from inside forwardRaw: like a missing upstream
+    // in forward(), it closes the client from within its dispatch, which the frontend allows.
+    this.one[0] = record;
+    link.client.forwardRaw(this.one, this, f);
+    this.one[0] = EMPTY;
   }
 
-  private onReply(f: Forwarded, reply: RpcReply): void {
+  /** The upstream's reply to a forwarded call (`CallReceiver`). */
+  onCallReply(f: Forwarded, reply: RpcReply): void {
     this.stats.inFlight--;
     if (!f.gss) f.link.releaseXid(f.xid);
     if (f.conn.closed) {
@@ -176,7 +198,8 @@ export class Passthrough implements TcpRouteHandler {
     f.conn.sendReply([reply.message]);
   }
 
-  private onFailed(f: Forwarded, err: { code?: string; message: string }): void {
+  /** A forwarded call that no reply will answer (`CallReceiver`). */
+  onCallFailed(f: Forwarded, err: RpcClientError): void {
     this.stats.inFlight--;
     if (!f.gss) f.link.releaseXid(f.xid);
     if (f.conn.closed) return;

@@ -81,16 +81,23 @@ export class UpstreamPool {
     return { target: this.target, connections: this.links.length, outstanding, state };
   }
 
+  /**
+   * An open connection to send on now, in turn (opening more up to `connections` meanwhile), or null when
+   * none is open: then `acquire()`. The common case costs no promise.
+   */
+  openLink(): UpstreamLink | null {
+    const n = this.links.length;
+    if (n === 0 || this.closed) return null;
+    if (n < this.o.connections && this.connecting === null) this.open().catch(() => {});
+    return this.links[this.next++ % n];
+  }
+
   /** A connection to send on: an open one in turn, else the one being opened, else a new one. */
   acquire(): Promise<UpstreamLink> {
     if (this.closed)
       return Promise.reject(new UpstreamError('ERR_UPSTREAM_UNAVAILABLE', 'passthrough closed'));
-    const n = this.links.length;
-    if (n > 0) {
-      if (n < this.o.connections && this.connecting === null) this.open().catch(() => {});
-      const link = this.links[this.next++ % n];
-      return Promise.resolve(link);
-    }
+    const link = this.openLink();
+    if (link) return Promise.resolve(link);
     if (this.connecting) return this.connecting;
     if (this.lastError && Date.now() - this.failedAt < this.o.retryAfterMs)
       return Promise.reject(this.lastError);

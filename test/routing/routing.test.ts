@@ -16,10 +16,12 @@ import {
   TestProc,
   TestProgramClient,
 } from '../../gateway/test-program/index.js';
-import { AcceptStat } from '../../rpc/constants.js';
-import { encodeCallHeader } from '../../rpc/message.js';
+import { AcceptStat, AuthFlavor } from '../../rpc/constants.js';
+import { encodeAcceptedReply, encodeCallHeader } from '../../rpc/message.js';
 import { XdrWriter } from '../../rpc/xdr.js';
 import { RpcClient } from '../../tcp-frontend/client.js';
+import { type FrontendConnection, FrontendServer } from '../../tcp-frontend/server.js';
+import { waitFor } from '../gateway/helpers.js';
 import { freePort } from '../helpers/ports.js';
 
 function config(flags: Record<string, string[]> = {}): GatewayConfig {
@@ -201,6 +203,60 @@ test('tcp route: calls pass through with XIDs mapped per upstream connection, re
   t.is(s.passthrough?.inFlight, 0);
   t.is(upstream.handler.stats.calls.NULL, 40);
   t.is(s.frontend.callsInFlight, 0);
+});
+
+test('tcp route: an RPCSEC_GSS call keeps its XID upstream; one whose XID is already outstanding there closes only its client', async (t) => {
+  // An upstream that holds every call until the test answers it.
+  const held: { conn: FrontendConnection; xid: number }[] = [];
+  const upstream = new FrontendServer({
+    listen: [{ host: '127.0.0.1', port: 0 }],
+    handler: {
+      onRecord: (conn, record) => held.push({ conn, xid: record.readUInt32BE(0) }),
+      onClose: () => {},
+    },
+  });
+  const [up] = await upstream.listen();
+  t.teardown(() => upstream.close({ drainTimeoutMs: 0 }));
+  const g = await gatewayWith({ routes: [`test=tcp@127.0.0.1:${up.port}`] });
+  t.teardown(() => g.stop(1000));
+  const port = g.addresses[0].port;
+  const gssCall = (xid: number) => {
+    const w = new XdrWriter(64);
+    encodeCallHeader(w, {
+      xid,
+      prog: TEST_PROGRAM,
+      vers: TEST_VERSION,
+      proc: TestProc.NULL,
+      cred: { flavor: AuthFlavor.RPCSEC_GSS, body: Buffer.alloc(8, 1) },
+    });
+    return w.toBuffer();
+  };
+  const a = await RpcClient.connect({ host: '127.0.0.1', port });
+  const b = await RpcClient.connect({ host: '127.0.0.1', port });
+  const first = a.callRaw([gssCall(77)]);
+  await waitFor(() => held.length === 1, 'the first call upstream');
+  // The GSS verifier is a checksum over the call header, XID included: the gateway must not remap it.
+  t.is(held[0].xid, 77);
+  const second = await t.throwsAsync(b.callRaw([gssCall(77)]));
+  t.is(
+    (second as { code?: string }).code,
+    'ERR_CLIENT_CLOSED',
+    'the client is closed so that it retransmits',
+  );
+  t.is(held.length, 1, 'the colliding call never reached the upstream');
+  // The first client is untouched: its call is answered through the gateway.
+  const w = new XdrWriter(32);
+  encodeAcceptedReply(w, { xid: held[0].xid, acceptStat: AcceptStat.SUCCESS });
+  held[0].conn.sendReply([w.toBuffer()]);
+  const reply = await first;
+  t.is(reply.xid, 77);
+  t.is(reply.acceptStat, AcceptStat.SUCCESS);
+  await a.close();
+  const s = g.snapshot().passthrough;
+  t.is(s?.errors.ERR_CLIENT_XID_IN_USE, 1);
+  t.is(s?.clientsClosed, 1);
+  t.is(s?.replies, 1);
+  t.is(s?.inFlight, 0);
 });
 
 test('a tcp route to an upstream that is down: the client is closed (counted, logged), no reply is made up', async (t) => {

@@ -9,7 +9,7 @@ import {
   RpcCallHeader,
 } from '../../rpc/message.js';
 import { XdrWriter } from '../../rpc/xdr.js';
-import { RpcClient } from '../../tcp-frontend/client.js';
+import { type CallReceiver, RpcClient } from '../../tcp-frontend/client.js';
 import { type FrontendConnection, type FrontendHandler, FrontendServer } from '../../tcp-frontend/server.js';
 import { encodeCall, waitFor } from '../gateway/helpers.js';
 
@@ -175,6 +175,41 @@ test('callRaw forwards a call with the caller’s XID and refuses an XID already
   t.is(r.xid, 0x1234);
   t.is(r.body.readUInt32BE(0), 9);
   await client.close();
+  await server.close();
+});
+
+test("forwardRaw hands each outcome to its receiver with the caller's token, refusals before it returns", async (t) => {
+  const h = new Holder();
+  const { server, port } = await start(h);
+  const client = await RpcClient.connect({ host: '127.0.0.1', port });
+  const events: string[] = [];
+  const receiver: CallReceiver<{ name: string }> = {
+    onCallReply: (token, reply) =>
+      events.push(`${token.name} reply xid ${reply.xid} proc ${reply.body.readUInt32BE(0)}`),
+    onCallFailed: (token, err) => events.push(`${token.name} ${err.code}`),
+  };
+  const message = (xid: number, proc: number) => {
+    const w = new XdrWriter(64);
+    encodeCallHeader(w, { xid, prog: PROG, vers: 1, proc });
+    return w.toBuffer();
+  };
+  client.forwardRaw([message(0x51, 3)], receiver, { name: 'a' });
+  client.forwardRaw([message(0x52, 4)], receiver, { name: 'b' });
+  client.forwardRaw([message(0x51, 5)], receiver, { name: 'dup' });
+  t.deepEqual(events, ['dup ERR_CLIENT_XID_IN_USE'], 'the refusal is reported before forwardRaw returns');
+  await waitFor(() => h.held.length === 2, 'both calls');
+  h.answer('reverse');
+  await waitFor(() => events.length === 3, 'both replies');
+  t.deepEqual(events.slice(1), ['b reply xid 82 proc 4', 'a reply xid 81 proc 3']);
+  // One left outstanding when the connection goes: its receiver hears ERR_CLIENT_CLOSED, once.
+  client.forwardRaw([message(0x53, 6)], receiver, { name: 'c' });
+  await waitFor(() => h.held.length === 1, 'the third call');
+  h.held[0].conn.destroy('TEST_CLOSE', 'the test closes the server side');
+  await waitFor(() => events.length === 4, 'the failure');
+  t.is(events[3], 'c ERR_CLIENT_CLOSED');
+  client.forwardRaw([message(0x54, 7)], receiver, { name: 'late' });
+  t.is(events[4], 'late ERR_CLIENT_CLOSED', 'a closed client refuses at once');
+  t.is(events.length, 5);
   await server.close();
 });
 
