@@ -65,8 +65,6 @@ interface Forwarded {
   xid: number;
 }
 
-const EMPTY = Buffer.alloc(0);
-
 export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
   readonly stats: PassthroughStats = {
     calls: 0,
@@ -82,8 +80,6 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
   private readonly pools = new Map<string, UpstreamPool>();
   /** Each route's pool, so that a call finds it without building the target's key. */
   private readonly routePools = new WeakMap<Route, UpstreamPool>();
-  /** The one-part message handed to `forwardRaw` (the client copies the part list before returning). */
-  private readonly one: Buffer[] = [EMPTY];
   private readonly defaultUpstream: HostPort | null;
   private readonly poolOptions: Omit<UpstreamPoolOptions, 'target'>;
   private readonly log: Logger;
@@ -180,9 +176,7 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
     if (!f.gss) record.writeUInt32BE(f.xid, 0);
     // A refusal (XID in use, client closing) is reported from inside forwardRaw: like a missing upstream
     // in forward(), it closes the client from within its dispatch, which the frontend allows.
-    this.one[0] = record;
-    link.client.forwardRaw(this.one, this, f);
-    this.one[0] = EMPTY;
+    link.client.forwardRaw([record], this, f);
   }
 
   /** The upstream's reply to a forwarded call (`CallReceiver`). */
