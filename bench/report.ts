@@ -30,6 +30,7 @@ const COLORS: Record<string, string> = {
   socat: '#2a9d8f',
   node: '#8e6bb8',
   gateway: '#e07a1f',
+  embedded: '#b5651d',
 };
 
 function colorOf(scenario: string): string {
@@ -135,6 +136,9 @@ export function renderSvg(result: ResultFile): string {
       COLORS.gateway,
     ],
   ];
+  // The one-process chain runs only when named: in the legend only when it is in the chart.
+  if (list.some((p) => p.bars.some((b) => b.scenario === 'embedded')))
+    legend.push(['gateway + responder in one process (soft iWARP)', COLORS.embedded]);
   let lxPos = 10;
   y += 14;
   for (const [name, color] of legend) {

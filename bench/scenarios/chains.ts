@@ -7,6 +7,8 @@
  *   node ×2      load generator → Node.js relay → Node.js relay → upstream (net pipe, no parsing)
  *   gateway      load generator → gateway (TCP frontend → soft iWARP, or native verbs with
  *                --rdma-provider native) → responder process → upstream
+ *   embedded     load generator → one gateway process: TCP frontend → soft iWARP → responder in the same
+ *                process (`rdma.peer: embedded`) → upstream; not in the default run (BENCH_CHAINS=embedded)
  *
  * Processes are started with the interop harness's ManagedProcess (own process group, log file, SIGKILL
  * safety net at exit); readiness is a NULL call answered through the whole chain.
@@ -256,6 +258,38 @@ export function gatewayId(o: GatewayOptions): string {
   return `gw-v${o.protocolVersion}-p${o.poolSize}`;
 }
 
+/** `rpcrdma-gateway start` for the load generator on 127.0.0.1:`frontendPort`, its RDMA peer `peer`. */
+function gatewayArgs(
+  peer: string,
+  frontendPort: number,
+  o: Pick<GatewayOptions, 'protocolVersion' | 'poolSize'>,
+  provider: BenchRdma['provider'],
+): string[] {
+  return [
+    'start',
+    '--rdma-peer',
+    peer,
+    '--rdma-provider',
+    provider,
+    '--listen',
+    `127.0.0.1:${frontendPort}`,
+    '--rdma-protocol-version',
+    String(o.protocolVersion),
+    '--rdma-pool-size',
+    String(o.poolSize),
+    '--frontend-max-connections',
+    '4096',
+    '--admin-listen',
+    'off',
+    '--log-level',
+    'warn',
+    '--log-format',
+    'json',
+    '--shutdown-drain-timeout-ms',
+    '1000',
+  ];
+}
+
 /** The product: gateway process → soft iWARP → responder process → `upstream`. */
 export async function gatewayChain(
   world: BenchWorld,
@@ -266,14 +300,6 @@ export async function gatewayChain(
   const rdma = o.rdma ?? SOFT_LOOPBACK;
   const [responderPort, frontendPort] = await freePorts(2);
   const rdmaEndpoint = formatHostPort(rdma.address, responderPort);
-  const common = [
-    '--rdma-provider',
-    rdma.provider,
-    '--log-format',
-    'json',
-    '--shutdown-drain-timeout-ms',
-    '1000',
-  ];
   const responder = await world.start(
     'responder',
     process.execPath,
@@ -289,7 +315,12 @@ export async function gatewayChain(
       // id, not a TCP socket a probe could connect to.
       '--log-level',
       'info',
-      ...common,
+      '--rdma-provider',
+      rdma.provider,
+      '--log-format',
+      'json',
+      '--shutdown-drain-timeout-ms',
+      '1000',
     ],
     async (proc) => readFileSync(proc.spec.logPath, 'utf8').includes('"msg":"responder listening"'),
   );
@@ -299,22 +330,7 @@ export async function gatewayChain(
     [
       ...nodeArgs(o.profileDir, `gateway-${gatewayId(o)}`),
       CLI,
-      'start',
-      '--rdma-peer',
-      rdmaEndpoint,
-      '--listen',
-      `127.0.0.1:${frontendPort}`,
-      '--rdma-protocol-version',
-      String(o.protocolVersion),
-      '--rdma-pool-size',
-      String(o.poolSize),
-      '--frontend-max-connections',
-      '4096',
-      '--admin-listen',
-      'off',
-      '--log-level',
-      'warn',
-      ...common,
+      ...gatewayArgs(rdmaEndpoint, frontendPort, o, rdma.provider),
     ],
     () => answersNull('127.0.0.1', frontendPort, probe.program, probe.version),
   );
@@ -332,5 +348,39 @@ export async function gatewayChain(
       await world.stopAll([gateway]);
       await world.stopAll([responder]);
     },
+  };
+}
+
+/**
+ * The gateway and its responder in one process (`start --rdma-peer embedded`), Version 2 over one soft
+ * iWARP connection, so that it compares with `gw-v2-p1` process for process: what the second process and
+ * its event loop cost. Always the soft provider (the embedded responder listens on loopback).
+ */
+export async function embeddedChain(
+  world: BenchWorld,
+  upstream: Endpoint,
+  probe: Probe,
+  o: { profileDir?: string } = {},
+): Promise<Chain> {
+  const frontendPort = await freePort();
+  const gateway = await world.start(
+    'embedded',
+    process.execPath,
+    [
+      ...nodeArgs(o.profileDir, 'embedded'),
+      CLI,
+      ...gatewayArgs('embedded', frontendPort, { protocolVersion: 2, poolSize: 1 }, 'soft'),
+      '--upstream',
+      `${upstream.host}:${upstream.port}`,
+    ],
+    () => answersNull('127.0.0.1', frontendPort, probe.program, probe.version),
+  );
+  return {
+    id: 'embedded',
+    label: 'gateway V2 pool 1 → soft iWARP → responder, one process',
+    kind: 'gateway',
+    endpoint: { host: '127.0.0.1', port: frontendPort },
+    watched: [{ role: 'gateway', pid: gateway.pid, group: false }],
+    stop: () => world.stopAll([gateway]),
   };
 }

@@ -8,6 +8,8 @@
  * (busy clients alone, then with the idle ones: RSS is sampled before any bulk workload left garbage),
  * then the workloads below in the order listed. Rows compare each chain with the haproxy chain (the
  * haproxy chain with direct). BENCH_CHAINS and BENCH_WORKLOADS (comma-separated ids; `busy` is the idle pair) select a subset.
+ * `BENCH_CHAINS=…,embedded` adds, after the gateway chains, the gateway with its responder in one process
+ * (compared with haproxy, no target): what the two-process chain's second process and event loop cost.
  *
  * The haproxy chain is the baseline of every target, and its rate moves between runs more than the
  * gateway's does (NULL at 64 outstanding: 162k to 245k calls/s in four runs of one day, the gateway chains
@@ -26,6 +28,7 @@ import { Progress } from '../progress.js';
 import {
   BenchWorld,
   type Chain,
+  embeddedChain,
   type GatewayOptions,
   gatewayChain,
   gatewayId,
@@ -119,22 +122,37 @@ function envList(name: string): string[] | undefined {
   return v ? v.split(',').map((x) => x.trim()) : undefined;
 }
 
-function planFor(ctx: BenchContext): Plan {
+export function planFor(ctx: BenchContext): Plan {
   const gateways = ctx.quick
     ? GATEWAYS.filter((g) => g.poolSize === (g.protocolVersion === 2 ? 4 : 1))
     : GATEWAYS;
   const chains = envList('BENCH_CHAINS');
   const workloads = envList('BENCH_WORKLOADS');
   return {
-    chainIds: ['direct', 'haproxy', ctx.quick ? '' : 'socat', 'node', ...gateways.map(gatewayId)].filter(
-      (c) => c !== '' && (!chains || chains.includes(c)),
-    ),
+    chainIds: [
+      'direct',
+      'haproxy',
+      ctx.quick ? '' : 'socat',
+      'node',
+      ...gateways.map(gatewayId),
+      // Only when named: a diagnosis of what the second process costs, not a product chain of the issue.
+      chains?.includes(EMBEDDED) ? EMBEDDED : '',
+    ].filter((c) => c !== '' && (!chains || chains.includes(c))),
     workloadIds: WORKLOADS.map((w) => w.id).filter((w) => !workloads || workloads.includes(w)),
     idleRun: !workloads || workloads.includes('busy'),
     seconds: ctx.quick ? 0.6 : 4,
     warmup: ctx.quick ? 0.3 : 1,
     idle: ctx.quick ? 200 : IDLE_CLIENTS,
   };
+}
+
+/** The gateway and its responder in one process (`embeddedChain`): run only when BENCH_CHAINS names it. */
+export const EMBEDDED = 'embedded';
+
+/** The process that holds the load generator's connections, whose RSS the idle clients grow. */
+function clientHolder(chainId: string): string {
+  if (chainId.startsWith('gw-') || chainId === EMBEDDED) return 'gateway';
+  return chainId === 'direct' ? 'server' : 'hop1';
 }
 
 /** socat forks a process per connection: 1,000 idle clients would measure fork(), not a proxy. */
@@ -176,6 +194,7 @@ async function startChain(
   if (id === 'direct') return upstream;
   if (id === 'haproxy' || id === 'socat' || id === 'node')
     return relayChain(id, world, upstream.endpoint, PROBE);
+  if (id === EMBEDDED) return embeddedChain(world, upstream.endpoint, PROBE, { profileDir });
   const g = GATEWAYS.find((o) => gatewayId(o) === id)!;
   return gatewayChain(world, upstream.endpoint, PROBE, { ...g, profileDir, rdma });
 }
@@ -190,6 +209,7 @@ export const CHAIN_LABELS: Record<string, string> = {
   haproxy: 'haproxy ×2',
   socat: 'socat ×2',
   node: 'Node.js relay ×2',
+  [EMBEDDED]: 'gateway, one process',
 };
 export const chainLabel = (id: string) => CHAIN_LABELS[id] ?? GATEWAY_LABEL(id);
 
@@ -342,8 +362,7 @@ export function buildRows(plan: Plan, results: Map<string, Measured>): BenchRow[
     const isGateway = chainId.startsWith('gw-');
     const busyW = { id: `busy${BUSY_CLIENTS}`, ops: one('null') };
     if (firstWithIdle?.idleRss) {
-      // The process that holds the clients' connections: the gateway, the first hop, or the server.
-      const role = isGateway ? 'gateway' : chainId === 'direct' ? 'server' : 'hop1';
+      const role = clientHolder(chainId);
       const { before, after } = firstWithIdle.idleRss;
       const again = perClient(againWithIdle, role);
       rows.push(

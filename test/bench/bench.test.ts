@@ -14,7 +14,15 @@ import { summarise } from '../../bench/profile-summary.js';
 import { panels, renderMarkdown, renderSvg } from '../../bench/report.js';
 import { haproxyConfig } from '../../bench/scenarios/chains.js';
 import { ResourceSampler } from '../../bench/scenarios/resources.js';
-import { AGAIN, buildRows, type Measured, REPEATED, secondPass } from '../../bench/suites/scenarios.js';
+import {
+  AGAIN,
+  buildRows,
+  EMBEDDED,
+  type Measured,
+  planFor,
+  REPEATED,
+  secondPass,
+} from '../../bench/suites/scenarios.js';
 
 function result(opsPerSec: number, bytesPerSec: number, p99: number): LoadResult {
   return {
@@ -208,6 +216,46 @@ test("the idle clients' RSS is read from the process that holds their connection
   t.like(rowNamed(rows, 'idle1000 RSS/client node'), { value: 3, unit: 'KiB (hop1)', target: undefined });
 });
 
+test('the one-process gateway chain runs only when named, and is compared with haproxy without a target', (t) => {
+  const ctx = { quick: false, seconds: 4, log: () => {} };
+  const saved = process.env.BENCH_CHAINS;
+  try {
+    delete process.env.BENCH_CHAINS;
+    const all = planFor(ctx).chainIds;
+    t.false(all.includes(EMBEDDED), 'not in the default run');
+    t.deepEqual(all.slice(-4), ['gw-v2-p1', 'gw-v2-p4', 'gw-v1-p1', 'gw-v1-p4']);
+    process.env.BENCH_CHAINS = `haproxy,${EMBEDDED},gw-v2-p1`;
+    t.deepEqual(planFor(ctx).chainIds, ['haproxy', 'gw-v2-p1', EMBEDDED], 'after the gateway chains');
+  } finally {
+    if (saved === undefined) delete process.env.BENCH_CHAINS;
+    else process.env.BENCH_CHAINS = saved;
+  }
+  t.deepEqual(secondPass(['haproxy', 'gw-v2-p1', EMBEDDED]), ['gw-v2-p1', 'haproxy'], 'no second pass');
+  const idleRss = { before: { gateway: 60_000 }, after: { gateway: 65_000 } };
+  const results = new Map<string, Measured>([
+    ['haproxy/null-c64', { result: result(200_000, 0, 900) }],
+    [`${EMBEDDED}/null-c64`, { result: result(130_000, 0, 1100) }],
+    [`${EMBEDDED}/busy+idle`, { result: result(50_000, 0, 3000), idleRss }],
+    [`${EMBEDDED}/busy`, { result: result(55_000, 0, 2900) }],
+  ]);
+  const rows = rowsOf(['haproxy', EMBEDDED], results, 1000);
+  t.like(rowNamed(rows, `null-c64 ${EMBEDDED}`), { ratio: 0.65, target: undefined });
+  t.like(rowNamed(rows, `idle1000 RSS/client ${EMBEDDED}`), {
+    value: 5,
+    unit: 'KiB (gateway)',
+    target: undefined,
+  });
+  t.like(rowNamed(rows, `busy64+idle1000 ${EMBEDDED}`), { target: undefined });
+  t.is(
+    rows.filter((r) => r.name.startsWith('null-c64 p99')).length,
+    0,
+    'p99 rows are for the targeted gateway chains',
+  );
+  const svg = renderSvg({ date: 'd', node: 'v20', platform: 'linux-x64', quick: false, rows });
+  t.regex(svg, />gateway, one process</, 'the bar');
+  t.regex(svg, /gateway \+ responder in one process \(soft iWARP\)/, 'the legend');
+});
+
 test('a harness row without a baseline has no ratio and a value target is judged on the value', (t) => {
   const r = row({
     suite: 's',
@@ -242,6 +290,7 @@ test('the chart groups rows by workload and shows every chain and the targets', 
   t.regex(svg, /gateway V1 pool 1/);
   t.regex(svg, /Node\.js relay ×2/);
   t.regex(svg, /gateway → soft iWARP → responder/);
+  t.notRegex(svg, /one process/, 'the one-process chain is in the legend only when it ran');
   t.regex(svg, /NOT MET/);
   t.notRegex(svg, /NaN/);
   const native = renderSvg({

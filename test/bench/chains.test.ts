@@ -4,7 +4,7 @@
  * cannot start must say why.
  */
 import test from 'ava';
-import { BenchWorld, gatewayChain, relayChain } from '../../bench/scenarios/chains.js';
+import { BenchWorld, embeddedChain, gatewayChain, relayChain } from '../../bench/scenarios/chains.js';
 import { benchTempDir } from '../../bench/scenarios/temp.js';
 import { TEST_PROGRAM, TEST_VERSION } from '../../gateway/test-program/constants.js';
 import { serveTestProgram, type TestProgramServer } from '../../gateway/test-program/server.js';
@@ -58,6 +58,24 @@ test('a soft gateway chain relays NULL from the load side to the upstream and sa
     t.true(await answersNull('127.0.0.1', chain.endpoint.port, TEST_PROGRAM, TEST_VERSION));
     t.is(upstream.handler.stats.calls.NULL, before + 1, 'the call reached the upstream');
     await chain.stop();
+  });
+});
+
+test('the one-process gateway chain relays NULL through a single process and stops', async (t) => {
+  await withUpstream('chains-embedded', async (world, upstream) => {
+    const { host, port } = upstream.addresses[0];
+    const chain = await embeddedChain(world, { host, port }, PROBE);
+    t.is(chain.id, 'embedded');
+    t.is(chain.label, 'gateway V2 pool 1 → soft iWARP → responder, one process');
+    t.deepEqual(
+      chain.watched.map((w) => w.role),
+      ['gateway'],
+    );
+    const before = upstream.handler.stats.calls.NULL ?? 0;
+    t.true(await answersNull('127.0.0.1', chain.endpoint.port, TEST_PROGRAM, TEST_VERSION));
+    t.is(upstream.handler.stats.calls.NULL, before + 1, 'the call reached the upstream');
+    await chain.stop();
+    t.false(await answersNull('127.0.0.1', chain.endpoint.port, TEST_PROGRAM, TEST_VERSION), 'stopped');
   });
 });
 
