@@ -90,7 +90,8 @@ export interface RpcClientStats {
 /**
  * Hears how a call ended, with the `token` it was given: `forwardRaw`'s caller (a forwarder keeps one
  * receiver and passes its per-call state as the token, so a call costs no closure and no promise), or the
- * promise of `call` / `callRaw`.
+ * promise of `call` / `callRaw`. Exactly one of the two is called per call. Neither may throw: they run
+ * inside the client's socket and timer callbacks (and, for a refusal, inside `forwardRaw` itself).
  */
 export interface CallReceiver<T> {
   onCallReply(token: T, reply: RpcReply): void;

@@ -356,6 +356,9 @@ export async function gatewayChain(
  * iWARP connection, so that it compares with `gw-v2-p1` process for process: what the second process and
  * its event loop cost. Always the soft provider (the embedded responder listens on loopback).
  */
+/** The id of `embeddedChain`'s chain (`BENCH_CHAINS=…,embedded`). */
+export const EMBEDDED = 'embedded';
+
 export async function embeddedChain(
   world: BenchWorld,
   upstream: Endpoint,
@@ -376,7 +379,7 @@ export async function embeddedChain(
     () => answersNull('127.0.0.1', frontendPort, probe.program, probe.version),
   );
   return {
-    id: 'embedded',
+    id: EMBEDDED,
     label: 'gateway V2 pool 1 → soft iWARP → responder, one process',
     kind: 'gateway',
     endpoint: { host: '127.0.0.1', port: frontendPort },

@@ -28,6 +28,7 @@ import { Progress } from '../progress.js';
 import {
   BenchWorld,
   type Chain,
+  EMBEDDED,
   embeddedChain,
   type GatewayOptions,
   gatewayChain,
@@ -135,7 +136,8 @@ export function planFor(ctx: BenchContext): Plan {
       ctx.quick ? '' : 'socat',
       'node',
       ...gateways.map(gatewayId),
-      // Only when named: a diagnosis of what the second process costs, not a product chain of the issue.
+      // The gateway with its responder in one process (`embeddedChain`), only when named: a diagnosis of
+      // what the second process costs, not a product chain of the issue.
       chains?.includes(EMBEDDED) ? EMBEDDED : '',
     ].filter((c) => c !== '' && (!chains || chains.includes(c))),
     workloadIds: WORKLOADS.map((w) => w.id).filter((w) => !workloads || workloads.includes(w)),
@@ -145,9 +147,6 @@ export function planFor(ctx: BenchContext): Plan {
     idle: ctx.quick ? 200 : IDLE_CLIENTS,
   };
 }
-
-/** The gateway and its responder in one process (`embeddedChain`): run only when BENCH_CHAINS names it. */
-export const EMBEDDED = 'embedded';
 
 /** The process that holds the load generator's connections, whose RSS the idle clients grow. */
 function clientHolder(chainId: string): string {

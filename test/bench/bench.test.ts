@@ -12,12 +12,11 @@ import type { LoadResult } from '../../bench/loadgen/spec.js';
 import { describeOps, payloadBytes, schedule } from '../../bench/loadgen/spec.js';
 import { summarise } from '../../bench/profile-summary.js';
 import { panels, renderMarkdown, renderSvg } from '../../bench/report.js';
-import { haproxyConfig } from '../../bench/scenarios/chains.js';
+import { EMBEDDED, haproxyConfig } from '../../bench/scenarios/chains.js';
 import { ResourceSampler } from '../../bench/scenarios/resources.js';
 import {
   AGAIN,
   buildRows,
-  EMBEDDED,
   type Measured,
   planFor,
   REPEATED,
