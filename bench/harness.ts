@@ -34,6 +34,8 @@ export interface BenchContext {
   profileDir?: string;
   /** The RDMA provider and address of the gateway chains (`--rdma-provider`, `--rdma-address`); soft on 127.0.0.1 when absent. */
   rdma?: BenchRdma;
+  /** Load-generator processes per scenario (`--loadgens`); one when absent. */
+  loadgens?: number;
 }
 
 export interface Suite {

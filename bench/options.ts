@@ -5,9 +5,10 @@
 import { isIP } from 'node:net';
 import type { NetworkInterfaceInfo } from 'node:os';
 import { firstExternalIPv4 } from '../test/helpers/addresses.js';
+import { MAX_LOADGENS } from './loadgen/split.js';
 
 export const BENCH_USAGE = `usage: npm run bench -- [--quick] [--only SUITE[,SUITE]] [--profile]
-                       [--rdma-provider soft|native] [--rdma-address IP]
+                       [--rdma-provider soft|native] [--rdma-address IP] [--loadgens N]
   --quick           a short smoke run (CI runs it; timings are reported, not asserted)
   --only            run only the named suites (rpc, protocol, soft-provider, transport, scenarios, nfs)
   --profile         V8 CPU profiles and flame graphs of the gateway and the responder processes
@@ -16,6 +17,9 @@ export const BENCH_USAGE = `usage: npm run bench -- [--quick] [--only SUITE[,SUI
   --rdma-address    the address the responder listens on and the gateway connects to: 127.0.0.1 for
                     soft, the first non-loopback IPv4 address for native (rxe and siw do not carry
                     127.0.0.1); give the address of the RDMA device's interface
+  --loadgens        load-generator processes per scenario (default 1): the workload's connections are
+                    dealt out among them, so the load offered stays the same; for hosts with more cores
+                    than one generator's event loop can keep busy
 The micro-benchmark suites measure the soft provider whatever --rdma-provider says.`;
 
 /** The RDMA data path the gateway chains run on. */
@@ -30,6 +34,8 @@ export interface BenchOptions {
   only?: string[];
   profile: boolean;
   rdma: BenchRdma;
+  /** Load-generator processes per scenario (`--loadgens`; bench/loadgen/split.ts). */
+  loadgens: number;
 }
 
 export class BenchUsageError extends Error {
@@ -49,13 +55,15 @@ export function parseBenchArgs(
     quick: false,
     profile: false,
     rdma: { provider: 'soft', address: '' },
+    loadgens: 1,
   };
   let address: string | undefined;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     const eq = arg.indexOf('=');
     const flag = eq > 0 ? arg.slice(0, eq) : arg;
-    const takesValue = flag === '--only' || flag === '--rdma-provider' || flag === '--rdma-address';
+    const takesValue =
+      flag === '--only' || flag === '--rdma-provider' || flag === '--rdma-address' || flag === '--loadgens';
     if (eq > 0 && !takesValue) throw new BenchUsageError(`${flag} takes no value (got ${arg})`);
     const value = takesValue ? (eq > 0 ? arg.slice(eq + 1) : argv[++i]) : undefined;
     if (takesValue && (value === undefined || value === '' || value.startsWith('--')))
@@ -84,6 +92,13 @@ export function parseBenchArgs(
           throw new BenchUsageError(`--rdma-address must be an IP address (got ${value})`);
         address = value;
         break;
+      case '--loadgens': {
+        const n = /^[0-9]+$/.test(value!) ? Number(value) : Number.NaN;
+        if (!(n >= 1 && n <= MAX_LOADGENS))
+          throw new BenchUsageError(`--loadgens must be an integer in 1..${MAX_LOADGENS} (got ${value})`);
+        out.loadgens = n;
+        break;
+      }
       default:
         throw new BenchUsageError(`unknown argument ${arg}`);
     }

@@ -21,7 +21,14 @@ interface ResultFile {
   machine?: Record<string, unknown>;
   /** The gateway chains' RDMA provider (absent in files from before `--rdma-provider`: soft). */
   rdma?: BenchRdma;
+  /** Load-generator processes per scenario (`--loadgens`; absent in files from before it: one). */
+  loadgens?: number;
   rows: BenchRow[];
+}
+
+/** ", N load generators per scenario" when the run used more than one (`--loadgens`), else nothing. */
+function loadgensNote(result: ResultFile): string {
+  return (result.loadgens ?? 1) > 1 ? `, ${result.loadgens} load generators per scenario` : '';
 }
 
 const COLORS: Record<string, string> = {
@@ -123,7 +130,7 @@ export function renderSvg(result: ResultFile): string {
   );
   y += 18;
   parts.push(
-    `<text x="10" y="${y}" font-size="11" fill="#444">${esc(`${result.node} ${result.platform}; ${String(result.machine?.cpu ?? '')} ×${String(result.machine?.cores ?? '?')}`)} — one run, same upstream: compare within a panel. Bars: throughput; right: latency p50 ● p90 ┃ p99 ◆ p99.9 ┤ (log scale).</text>`,
+    `<text x="10" y="${y}" font-size="11" fill="#444">${esc(`${result.node} ${result.platform}; ${String(result.machine?.cpu ?? '')} ×${String(result.machine?.cores ?? '?')}${loadgensNote(result)}`)} — one run, same upstream: compare within a panel. Bars: throughput; right: latency p50 ● p90 ┃ p99 ◆ p99.9 ┤ (log scale).</text>`,
   );
   y += 10;
   const legend = [
@@ -249,7 +256,7 @@ export function renderMarkdown(result: ResultFile): string {
   }
   lines.push(
     '',
-    "CPU per call (µs, from /proc: utime + stime over the measured window divided by the calls completed), the time per call its main thread waited for a CPU while runnable (/proc/PID/schedstat), peak RSS (MiB) and, where /proc/PID/io could be read, calls completed per read / write system call (higher: better batching; /proc counts read(2)/write(2)/readv/writev, not haproxy's recv/send, so haproxy shows none). CPUs busy: the share of the machine's CPU time that was not idle meanwhile (/proc/stat):",
+    `CPU per call (µs, from /proc: utime + stime over the measured window divided by the calls completed${loadgensNote(result)}), the time per call its main thread waited for a CPU while runnable (/proc/PID/schedstat), peak RSS (MiB) and, where /proc/PID/io could be read, calls completed per read / write system call (higher: better batching; /proc counts read(2)/write(2)/readv/writev, not haproxy's recv/send, so haproxy shows none). CPUs busy: the share of the machine's CPU time that was not idle meanwhile (/proc/stat):`,
     '',
     '| workload | chain | p50 | p99 | CPUs busy | load generator | per hop / process |',
     '|---|---|---:|---:|---:|---:|---|',

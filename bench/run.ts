@@ -33,7 +33,7 @@ async function main(): Promise<void> {
     process.stdout.write(`${BENCH_USAGE}\n`);
     return;
   }
-  const { quick, only, rdma } = options;
+  const { quick, only, rdma, loadgens } = options;
   const unknown = only?.filter((name) => !suites.some((s) => s.name === name)) ?? [];
   if (unknown.length > 0) {
     process.stderr.write(
@@ -62,6 +62,7 @@ async function main(): Promise<void> {
     log: (msg) => process.stderr.write(`${msg}\n`),
     profileDir: options.profile ? join(dir, 'profiles', stamp) : undefined,
     rdma,
+    loadgens,
   };
   const rows: BenchRow[] = [];
   for (const suite of selected) {
@@ -76,6 +77,7 @@ async function main(): Promise<void> {
     quick,
     machine: machine(),
     rdma,
+    loadgens,
     argv: args,
     rows,
   };

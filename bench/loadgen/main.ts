@@ -185,6 +185,7 @@ async function main(): Promise<void> {
     },
     histogram: hdr.encodeIntoCompressedBase64(h),
     clientCpuSeconds: (cpu.user + cpu.system) / 1e6,
+    generators: 1,
   };
   process.stdout.write(`${JSON.stringify(result)}\n`);
 }

@@ -56,8 +56,10 @@ export interface LoadResult {
   latencyUs: LatencySummary;
   /** The latency histogram, HdrHistogram compressed base64, to merge several generators' results. */
   histogram: string;
-  /** CPU seconds (user + system) of the generator process during the measurement. */
+  /** CPU seconds (user + system) of the generator processes during the measurement. */
   clientCpuSeconds: number;
+  /** How many generator processes carried the load (`--loadgens`, split.ts). */
+  generators: number;
 }
 
 /** Payload bytes one op moves (both directions). */

@@ -21,8 +21,9 @@
  */
 import { TEST_PROGRAM, TEST_VERSION } from '../../gateway/test-program/constants.js';
 import { type BenchContext, type BenchRow, row, type Suite, type Target } from '../harness.js';
-import { runLoadgen } from '../loadgen/spawn.js';
+import { runLoadgens } from '../loadgen/spawn.js';
 import { describeOps, type LoadResult, type LoadSpec, type OpSpec } from '../loadgen/spec.js';
+import { splitSpec } from '../loadgen/split.js';
 import type { BenchRdma } from '../options.js';
 import { Progress } from '../progress.js';
 import {
@@ -157,13 +158,13 @@ function clientHolder(chainId: string): string {
 /** socat forks a process per connection: 1,000 idle clients would measure fork(), not a proxy. */
 const hasIdleRun = (chainId: string) => chainId !== 'socat';
 
-async function measure(chain: Chain, spec: LoadSpec): Promise<Measured> {
+async function measure(chain: Chain, spec: LoadSpec, loadgens: number): Promise<Measured> {
   const sampler = new ResourceSampler(chain.watched);
   try {
     const before: Record<string, number> = {};
     const after: Record<string, number> = {};
     let resources: Record<string, ResourceFigures> | undefined;
-    const result = await runLoadgen(spec, async (phase) => {
+    const result = await runLoadgens(spec, splitSpec(spec, loadgens), async (phase) => {
       if (phase === 'measure-start') return sampler.restart();
       if (phase === 'measure-end') {
         resources = sampler.stop();
@@ -242,6 +243,7 @@ function extraOf(chainId: string, w: { id: string; ops: OpSpec[] }, m: Measured)
           firstError: r.firstError,
           connections: r.spec.connections,
           depth: r.spec.depth,
+          generators: r.generators,
           seconds: r.elapsedSeconds,
         }
       : {}),
@@ -480,7 +482,7 @@ export const scenarioSuite: Suite = {
               warmupSeconds: plan.warmup,
               idle: s.id === 'busy+idle' ? plan.idle : 0,
             };
-        const m = await measure(chain, spec);
+        const m = await measure(chain, spec, ctx.loadgens ?? 1);
         if (m.error) ctx.log(`\n[scenarios] ${s.id} via ${s.chain} failed: ${m.error}`);
         else if (m.result && m.result.errors > 0)
           ctx.log(

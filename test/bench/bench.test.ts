@@ -34,6 +34,7 @@ function result(opsPerSec: number, bytesPerSec: number, p99: number): LoadResult
     latencyUs: { p50: p99 / 4, p90: p99 / 2, p99, p999: p99 * 2, max: p99 * 3, mean: p99 / 3 },
     histogram: '',
     clientCpuSeconds: 0.5,
+    generators: 1,
   };
 }
 
@@ -298,9 +299,12 @@ test('the chart groups rows by workload and shows every chain and the targets', 
     platform: 'linux-x64',
     quick: false,
     rdma: { provider: 'native', address: '10.1.2.3' },
+    loadgens: 4,
     rows,
   });
   t.regex(native, /gateway → native verbs → responder/);
+  t.regex(native, /, 4 load generators per scenario/, 'a run with several generators says so');
+  t.notRegex(svg, /load generators/, 'one generator, the default, goes unsaid');
 });
 
 test('profile summary: self time per function, idle excluded from the functions', (t) => {
@@ -467,6 +471,11 @@ test('the Markdown report shows how busy the CPUs were and what each process wai
   const [old] = md.split('\n').filter((l) => l.startsWith('| null-c64 | old |'));
   t.regex(old, /\| {2}\| 4 µs \| gateway 6 µs, 117 MiB \|$/);
   t.notRegex(old, /waited/);
+  t.notRegex(md, /load generators/);
+  t.regex(
+    renderMarkdown({ date: 'd', node: 'v20', platform: 'linux-x64', quick: false, loadgens: 2, rows: [] }),
+    /calls completed, 2 load generators per scenario\)/,
+  );
 });
 
 test('the resource sampler restarted at the measured window counts only what happened in it', async (t) => {

@@ -38,6 +38,7 @@ test('the defaults: every suite, no profile, the gateway chains on the soft prov
     quick: false,
     profile: false,
     rdma: { provider: 'soft', address: '127.0.0.1' },
+    loadgens: 1,
   });
   t.deepEqual(SOFT_LOOPBACK, { provider: 'soft', address: '127.0.0.1' });
 });
@@ -48,6 +49,8 @@ test('flags and values, as separate arguments or NAME=VALUE', (t) => {
   t.true(o.profile);
   t.deepEqual(o.only, ['scenarios', 'nfs']);
   t.deepEqual(parseBenchArgs(['--only=rpc']).only, ['rpc']);
+  t.is(parseBenchArgs(['--loadgens', '4']).loadgens, 4);
+  t.is(parseBenchArgs(['--loadgens=16']).loadgens, 16);
   t.true(parseBenchArgs(['--help']).help);
   t.deepEqual(parseBenchArgs(['--rdma-address', '192.0.2.7']).rdma, {
     provider: 'soft',
@@ -80,6 +83,11 @@ test('anything else is refused with the reason and the usage', (t) => {
     [['--only', '--quick'], /^--only needs a value/],
     [['--quick=yes'], /^--quick takes no value \(got --quick=yes\)/],
     [['scenarios'], /^unknown argument scenarios/],
+    [['--loadgens', '0'], /^--loadgens must be an integer in 1\.\.16 \(got 0\)/],
+    [['--loadgens', '17'], /^--loadgens must be an integer in 1\.\.16 \(got 17\)/],
+    [['--loadgens', '2.5'], /^--loadgens must be an integer in 1\.\.16 \(got 2\.5\)/],
+    [['--loadgens', 'two'], /^--loadgens must be an integer in 1\.\.16 \(got two\)/],
+    [['--loadgens'], /^--loadgens needs a value/],
   ];
   for (const [argv, reason] of cases) {
     const e = t.throws(() => parseBenchArgs(argv), { instanceOf: BenchUsageError }, argv.join(' '));
