@@ -411,7 +411,8 @@ function bad(def: KeyDef, origin: Origin, value: unknown, expected: string): Con
   );
 }
 
-function parseSize(text: string): number {
+/** `4096`, `4k`, `1MiB`…: bytes, or NaN when `text` is not a size. */
+export function parseSize(text: string): number {
   const m = /^\s*(\d+)\s*([a-zA-Z]*)\s*$/.exec(text);
   if (!m) return Number.NaN;
   const unit = SIZE_UNITS[m[2].toLowerCase()];

@@ -91,6 +91,8 @@ class Run {
   bytes = 0;
   errors = 0;
   firstError: string | undefined;
+  /** The first failure before the measured window (warm-up): reported when the window saw none. */
+  firstWarmupError: string | undefined;
   private next = 0;
 
   constructor(private readonly plan: PreparedOp[]) {}
@@ -106,7 +108,11 @@ class Run {
       } catch (err) {
         problem = err instanceof Error ? err.message : String(err);
       }
-      if (!this.measuring || this.stopped) continue;
+      if (!this.measuring) {
+        if (problem !== undefined) this.firstWarmupError ??= `during the warm-up: ${problem}`;
+        continue;
+      }
+      if (this.stopped) continue;
       if (problem !== undefined) {
         this.errors++;
         this.firstError ??= problem;
@@ -171,7 +177,7 @@ async function main(): Promise<void> {
     spec,
     ops: run.ops,
     errors: run.errors,
-    firstError: run.firstError,
+    firstError: run.firstError ?? run.firstWarmupError,
     elapsedSeconds: elapsed,
     opsPerSec: run.ops / elapsed,
     bytesPerSec: run.bytes / elapsed,
@@ -193,8 +199,10 @@ async function main(): Promise<void> {
 main().then(
   () => process.exit(0),
   (err) => {
+    // A typed error (a refused connection, a bad spec) is its message; anything else a bug, with its stack.
+    const typed = err instanceof Error && typeof (err as { code?: unknown }).code === 'string';
     process.stderr.write(
-      `loadgen failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
+      `loadgen failed: ${err instanceof Error ? (typed ? err.message : (err.stack ?? err.message)) : String(err)}\n`,
     );
     process.exit(1);
   },

@@ -3,7 +3,6 @@
  * and the gateway chains' RDMA provider (soft over loopback by default; native for a host with an RDMA
  * device, refused at once with the provider's own reason where there is none).
  */
-import { spawn } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import type { NetworkInterfaceInfo } from 'node:os';
 import { fileURLToPath } from 'node:url';
@@ -11,6 +10,7 @@ import test from 'ava';
 import { BENCH_USAGE, BenchUsageError, parseBenchArgs } from '../../bench/options.js';
 import { SOFT_LOOPBACK } from '../../bench/scenarios/chains.js';
 import { nativeAvailability } from '../../rdma-backend/providers/native/index.js';
+import { runScript } from '../helpers/run-script.js';
 
 const RUN = fileURLToPath(new URL('../../bench/run.js', import.meta.url));
 const RESULTS = fileURLToPath(new URL('../../../bench/results', import.meta.url));
@@ -98,19 +98,7 @@ test('anything else is refused with the reason and the usage', (t) => {
 });
 
 /** Runs dist/bench/run.js with `args`; its exit code and output. */
-async function runBench(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [RUN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d) => {
-    stdout += d;
-  });
-  child.stderr.on('data', (d) => {
-    stderr += d;
-  });
-  const code = await new Promise<number | null>((resolve) => child.once('close', resolve));
-  return { code, stdout, stderr };
-}
+const runBench = (args: string[]) => runScript(RUN, args);
 
 const resultFiles = () => (existsSync(RESULTS) ? readdirSync(RESULTS).length : 0);
 
