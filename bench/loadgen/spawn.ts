@@ -53,6 +53,7 @@ export function runLoadgens(
       reject(err);
     };
     const reached = (phase: LoadPhase) => {
+      if (failed) return; // a generator killed because another failed: nothing left to sample
       const n = (arrived.get(phase) ?? 0) + 1;
       arrived.set(phase, n);
       if (n < parts.filter((p) => announces(p, phase)).length) return;
@@ -74,7 +75,11 @@ export function runLoadgens(
       let stdout = '';
       let stderr = '';
       const limit = part.warmupSeconds + part.seconds + 120;
-      const timer = setTimeout(() => child.kill('SIGKILL'), limit * 1000);
+      let timedOut = false;
+      const timer = setTimeout(() => {
+        timedOut = true;
+        child.kill('SIGKILL');
+      }, limit * 1000);
       child.stdout.setEncoding('utf8').on('data', (d: string) => {
         stdout += d;
       });
@@ -95,7 +100,11 @@ export function runLoadgens(
         clearTimeout(timer);
         if (failed) return;
         if (code !== 0) {
-          const how = code === null ? `was killed (${signal})` : `exited ${code}`;
+          const how = timedOut
+            ? `did not finish within ${limit} s`
+            : code === null
+              ? `was killed (${signal})`
+              : `exited ${code}`;
           return fail(new Error(`${who} ${how}: ${stderr.trim().slice(-2000)}`));
         }
         try {
