@@ -25,6 +25,12 @@ export interface BenchRow {
   extra?: Record<string, unknown>;
 }
 
+/**
+ * Environment variables that change what a run measures (bench/suites/scenarios.ts, bench/scenarios/chains.ts):
+ * recorded in the result file when set, and shown on its chart and report.
+ */
+export const BENCH_ENV = ['BENCH_CHAINS', 'BENCH_WORKLOADS', 'BENCH_NODE_ARGS'] as const;
+
 export interface BenchContext {
   quick: boolean;
   /** Seconds a single measurement should last (shorter with --quick). */

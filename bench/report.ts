@@ -23,7 +23,16 @@ interface ResultFile {
   rdma?: BenchRdma;
   /** Load-generator processes per scenario (`--loadgens`; absent in files from before it: one). */
   loadgens?: number;
+  /** The `BENCH_*` settings of the run (`BENCH_ENV`), when any was set. */
+  env?: Record<string, string>;
   rows: BenchRow[];
+}
+
+/** "; BENCH_NODE_ARGS=…" for each `BENCH_*` setting of the run, else nothing. */
+function envNote(result: ResultFile): string {
+  return Object.entries(result.env ?? {})
+    .map(([k, v]) => `; ${k}=${v}`)
+    .join('');
 }
 
 /** ", N load generators per scenario" when the run used more than one (`--loadgens`), else nothing. */
@@ -130,7 +139,7 @@ export function renderSvg(result: ResultFile): string {
   );
   y += 18;
   parts.push(
-    `<text x="10" y="${y}" font-size="11" fill="#444">${esc(`${result.node} ${result.platform}; ${String(result.machine?.cpu ?? '')} ×${String(result.machine?.cores ?? '?')}${loadgensNote(result)}`)} — one run, same upstream: compare within a panel. Bars: throughput; right: latency p50 ● p90 ┃ p99 ◆ p99.9 ┤ (log scale).</text>`,
+    `<text x="10" y="${y}" font-size="11" fill="#444">${esc(`${result.node} ${result.platform}; ${String(result.machine?.cpu ?? '')} ×${String(result.machine?.cores ?? '?')}${loadgensNote(result)}${envNote(result)}`)} — one run, same upstream: compare within a panel. Bars: throughput; right: latency p50 ● p90 ┃ p99 ◆ p99.9 ┤ (log scale).</text>`,
   );
   y += 10;
   const legend = [
@@ -245,7 +254,14 @@ function cell(n: number): string {
  * the end-to-end rows, what each call cost the processes of the chain (CPU µs per call, peak RSS).
  */
 export function renderMarkdown(result: ResultFile): string {
+  const settings = Object.entries(result.env ?? {});
   const lines = [
+    ...(settings.length > 0
+      ? [
+          `Run with ${settings.map(([k, v]) => `\`${k}=${v}\``).join(', ')}: not every chain and workload, or not the processes as shipped.`,
+          '',
+        ]
+      : []),
     '| suite | benchmark | value | unit | baseline | ratio | target | met |',
     '|---|---|---:|---|---|---:|---|---|',
   ];

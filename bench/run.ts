@@ -14,7 +14,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { nativeAvailability } from '../rdma-backend/providers/native/index.js';
 import { writeFlameGraphs } from './flamegraph.js';
-import { type BenchContext, type BenchRow, type Suite, table } from './harness.js';
+import { BENCH_ENV, type BenchContext, type BenchRow, type Suite, table } from './harness.js';
 import { BENCH_USAGE, type BenchOptions, BenchUsageError, parseBenchArgs } from './options.js';
 import { suites } from './suites/index.js';
 
@@ -69,6 +69,11 @@ async function main(): Promise<void> {
     ctx.log(`[bench] ${suite.name} ...`);
     rows.push(...(await suite.run(ctx)));
   }
+  // The environment settings that change what runs (a subset of chains or workloads, extra Node.js flags
+  // for the gateway and responder), so that a diagnosis run is never mistaken for the product as shipped.
+  const env = Object.fromEntries(
+    BENCH_ENV.filter((k) => process.env[k]).map((k) => [k, process.env[k] as string]),
+  );
   const result = {
     date: started.toISOString(),
     seconds: (Date.now() - started.getTime()) / 1000,
@@ -79,6 +84,7 @@ async function main(): Promise<void> {
     rdma,
     loadgens,
     argv: args,
+    ...(Object.keys(env).length > 0 ? { env } : {}),
     rows,
   };
   mkdirSync(dir, { recursive: true });

@@ -304,6 +304,16 @@ test('the chart groups rows by workload and shows every chain and the targets', 
   });
   t.regex(native, /gateway → native verbs → responder/);
   t.regex(native, /, 4 load generators per scenario/, 'a run with several generators says so');
+  t.notRegex(native, /BENCH_/);
+  const diagnosis = renderSvg({
+    date: 'd',
+    node: 'v20',
+    platform: 'linux-x64',
+    quick: false,
+    env: { BENCH_NODE_ARGS: '--single-threaded' },
+    rows,
+  });
+  t.regex(diagnosis, /; BENCH_NODE_ARGS=--single-threaded/, 'a run with extra settings says so');
   t.notRegex(svg, /load generators/, 'one generator, the default, goes unsaid');
 });
 
@@ -472,6 +482,18 @@ test('the Markdown report shows how busy the CPUs were and what each process wai
   t.regex(old, /\| {2}\| 4 µs \| gateway 6 µs, 117 MiB \|$/);
   t.notRegex(old, /waited/);
   t.notRegex(md, /load generators/);
+  t.notRegex(md, /^Run with/);
+  t.regex(
+    renderMarkdown({
+      date: 'd',
+      node: 'v20',
+      platform: 'linux-x64',
+      quick: false,
+      env: { BENCH_CHAINS: 'haproxy,gw-v2-p1', BENCH_NODE_ARGS: '--single-threaded' },
+      rows: [],
+    }),
+    /^Run with `BENCH_CHAINS=haproxy,gw-v2-p1`, `BENCH_NODE_ARGS=--single-threaded`: not every chain/,
+  );
   t.regex(
     renderMarkdown({ date: 'd', node: 'v20', platform: 'linux-x64', quick: false, loadgens: 2, rows: [] }),
     /calls completed, 2 load generators per scenario\)/,

@@ -3,7 +3,7 @@
  * and the gateway chains' RDMA provider (soft over loopback by default; native for a host with an RDMA
  * device, refused at once with the provider's own reason where there is none).
  */
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, rmSync } from 'node:fs';
 import type { NetworkInterfaceInfo } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import test from 'ava';
@@ -97,8 +97,8 @@ test('anything else is refused with the reason and the usage', (t) => {
   }
 });
 
-/** Runs dist/bench/run.js with `args`; its exit code and output. */
-const runBench = (args: string[]) => runScript(RUN, args);
+/** Runs dist/bench/run.js with `args` (and `env`); its exit code and output. */
+const runBench = (args: string[], env?: Record<string, string>) => runScript(RUN, args, env);
 
 const resultFiles = () => (existsSync(RESULTS) ? readdirSync(RESULTS).length : 0);
 
@@ -144,3 +144,27 @@ noNative(
     t.is(resultFiles(), before);
   },
 );
+
+test('a run records the BENCH_* settings that changed what it measured, and only those', async (t) => {
+  // The protocol suite in its quick form: a second or two, and a result file like any run's.
+  const env = { BENCH_NODE_ARGS: '--single-threaded', BENCH_WORKLOADS: 'null-c64', BENCH_CHAINS: '' };
+  const run = await runBench(['--quick', '--only', 'protocol'], env);
+  const written = /written to (\S+\.json)/.exec(run.stderr)?.[1];
+  t.teardown(() => {
+    if (written) rmSync(written, { force: true });
+  });
+  t.is(run.code, 0, run.stderr);
+  const result = JSON.parse(run.stdout) as { env?: Record<string, string> };
+  t.deepEqual(result.env, { BENCH_NODE_ARGS: '--single-threaded', BENCH_WORKLOADS: 'null-c64' });
+  t.truthy(written);
+  const plain = await runBench(['--quick', '--only', 'protocol'], {
+    BENCH_NODE_ARGS: '',
+    BENCH_WORKLOADS: '',
+    BENCH_CHAINS: '',
+  });
+  const plainFile = /written to (\S+\.json)/.exec(plain.stderr)?.[1];
+  t.teardown(() => {
+    if (plainFile) rmSync(plainFile, { force: true });
+  });
+  t.false('env' in (JSON.parse(plain.stdout) as object), 'a run of the product as shipped has no env');
+});

@@ -6,10 +6,20 @@ export interface ScriptRun {
   stderr: string;
 }
 
-/** Runs the Node.js script `file` with `args` to its end; its exit code and everything it printed. */
-export function runScript(file: string, args: readonly string[]): Promise<ScriptRun> {
+/**
+ * Runs the Node.js script `file` with `args` to its end, with `env` added to this process's environment;
+ * its exit code and everything it printed.
+ */
+export function runScript(
+  file: string,
+  args: readonly string[],
+  env: Record<string, string> = {},
+): Promise<ScriptRun> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [file, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [file, ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, ...env },
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => {
