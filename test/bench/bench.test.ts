@@ -38,6 +38,11 @@ function result(opsPerSec: number, bytesPerSec: number, p99: number): LoadResult
   };
 }
 
+/** A result file of `rows` from a Node 20 run, with `o`'s fields on top (the report's input). */
+function resultFile(rows: BenchRow[], o: Record<string, unknown> = {}) {
+  return { date: 'd', node: 'v20', platform: 'linux-x64', quick: false, rows, ...o };
+}
+
 /** Builds the rows of `results` for a plan of `chainIds` (idle clients: `idle`, 0 for none). */
 function rowsOf(chainIds: string[], results: Map<string, Measured>, idle = 0): BenchRow[] {
   return buildRows({ chainIds, seconds: 1, warmup: 0, idle, workloadIds: [], idleRun: idle > 0 }, results);
@@ -251,7 +256,7 @@ test('the one-process gateway chain runs only when named, and is compared with h
     0,
     'p99 rows are for the targeted gateway chains',
   );
-  const svg = renderSvg({ date: 'd', node: 'v20', platform: 'linux-x64', quick: false, rows });
+  const svg = renderSvg(resultFile(rows));
   t.regex(svg, />gateway, one process</, 'the bar');
   t.regex(svg, /gateway \+ responder in one process \(soft iWARP\)/, 'the legend');
 });
@@ -284,7 +289,7 @@ test('the chart groups rows by workload and shows every chain and the targets', 
   const nodeRow = rowNamed(rows, 'null-c64 node');
   t.is(nodeRow.ratio, 44_000 / 50_000, 'the Node.js relay is compared with the haproxy chain');
   t.is(nodeRow.target, undefined, 'and has no target of its own');
-  const svg = renderSvg({ date: 'd', node: 'v20', platform: 'linux-x64', quick: false, rows });
+  const svg = renderSvg(resultFile(rows));
   t.regex(svg, /^<\?xml/);
   t.regex(svg, /<svg [^>]*width="1000"/);
   t.regex(svg, /gateway V1 pool 1/);
@@ -293,26 +298,13 @@ test('the chart groups rows by workload and shows every chain and the targets', 
   t.notRegex(svg, /one process/, 'the one-process chain is in the legend only when it ran');
   t.regex(svg, /NOT MET/);
   t.notRegex(svg, /NaN/);
-  const native = renderSvg({
-    date: 'd',
-    node: 'v20',
-    platform: 'linux-x64',
-    quick: false,
-    rdma: { provider: 'native', address: '10.1.2.3' },
-    loadgens: 4,
-    rows,
-  });
+  const native = renderSvg(
+    resultFile(rows, { rdma: { provider: 'native', address: '10.1.2.3' }, loadgens: 4 }),
+  );
   t.regex(native, /gateway → native verbs → responder/);
   t.regex(native, /, 4 load generators per scenario/, 'a run with several generators says so');
   t.notRegex(native, /BENCH_/);
-  const diagnosis = renderSvg({
-    date: 'd',
-    node: 'v20',
-    platform: 'linux-x64',
-    quick: false,
-    env: { BENCH_NODE_ARGS: '--single-threaded' },
-    rows,
-  });
+  const diagnosis = renderSvg(resultFile(rows, { env: { BENCH_NODE_ARGS: '--single-threaded' } }));
   t.regex(diagnosis, /; BENCH_NODE_ARGS=--single-threaded/, 'a run with extra settings says so');
   t.notRegex(svg, /load generators/, 'one generator, the default, goes unsaid');
 });
@@ -484,18 +476,13 @@ test('the Markdown report shows how busy the CPUs were and what each process wai
   t.notRegex(md, /load generators/);
   t.notRegex(md, /^Run with/);
   t.regex(
-    renderMarkdown({
-      date: 'd',
-      node: 'v20',
-      platform: 'linux-x64',
-      quick: false,
-      env: { BENCH_CHAINS: 'haproxy,gw-v2-p1', BENCH_NODE_ARGS: '--single-threaded' },
-      rows: [],
-    }),
+    renderMarkdown(
+      resultFile([], { env: { BENCH_CHAINS: 'haproxy,gw-v2-p1', BENCH_NODE_ARGS: '--single-threaded' } }),
+    ),
     /^Run with `BENCH_CHAINS=haproxy,gw-v2-p1`, `BENCH_NODE_ARGS=--single-threaded`: not every chain/,
   );
   t.regex(
-    renderMarkdown({ date: 'd', node: 'v20', platform: 'linux-x64', quick: false, loadgens: 2, rows: [] }),
+    renderMarkdown(resultFile([], { loadgens: 2 })),
     /calls completed, 2 load generators per scenario\)/,
   );
 });
