@@ -65,7 +65,7 @@ export function mergeResults(spec: LoadSpec, results: readonly LoadResult[]): Lo
     clientCpuSeconds += r.clientCpuSeconds;
     elapsedSeconds = Math.max(elapsedSeconds, r.elapsedSeconds);
     firstError ??= r.firstError;
-    generators += r.generators ?? 1;
+    generators += r.generators;
     const h = hdr.decodeFromCompressedBase64(r.histogram);
     merged.add(h);
     h.destroy();

@@ -258,6 +258,11 @@ export function gatewayId(o: GatewayOptions): string {
   return `gw-v${o.protocolVersion}-p${o.poolSize}`;
 }
 
+/** What the gateway and the responder processes of every chain are started with: `provider`, JSON logs, a short drain. */
+function processArgs(provider: BenchRdma['provider']): string[] {
+  return ['--rdma-provider', provider, '--log-format', 'json', '--shutdown-drain-timeout-ms', '1000'];
+}
+
 /** `rpcrdma-gateway start` for the load generator on 127.0.0.1:`frontendPort`, its RDMA peer `peer`. */
 function gatewayArgs(
   peer: string,
@@ -269,8 +274,6 @@ function gatewayArgs(
     'start',
     '--rdma-peer',
     peer,
-    '--rdma-provider',
-    provider,
     '--listen',
     `127.0.0.1:${frontendPort}`,
     '--rdma-protocol-version',
@@ -283,10 +286,7 @@ function gatewayArgs(
     'off',
     '--log-level',
     'warn',
-    '--log-format',
-    'json',
-    '--shutdown-drain-timeout-ms',
-    '1000',
+    ...processArgs(provider),
   ];
 }
 
@@ -315,12 +315,7 @@ export async function gatewayChain(
       // id, not a TCP socket a probe could connect to.
       '--log-level',
       'info',
-      '--rdma-provider',
-      rdma.provider,
-      '--log-format',
-      'json',
-      '--shutdown-drain-timeout-ms',
-      '1000',
+      ...processArgs(rdma.provider),
     ],
     async (proc) => readFileSync(proc.spec.logPath, 'utf8').includes('"msg":"responder listening"'),
   );
@@ -351,14 +346,14 @@ export async function gatewayChain(
   };
 }
 
+/** The id of `embeddedChain`'s chain (`BENCH_CHAINS=…,embedded`). */
+export const EMBEDDED = 'embedded';
+
 /**
  * The gateway and its responder in one process (`start --rdma-peer embedded`), Version 2 over one soft
  * iWARP connection, so that it compares with `gw-v2-p1` process for process: what the second process and
  * its event loop cost. Always the soft provider (the embedded responder listens on loopback).
  */
-/** The id of `embeddedChain`'s chain (`BENCH_CHAINS=…,embedded`). */
-export const EMBEDDED = 'embedded';
-
 export async function embeddedChain(
   world: BenchWorld,
   upstream: Endpoint,
