@@ -11,7 +11,8 @@ export const BENCH_USAGE = `usage: npm run bench -- [--quick] [--only SUITE[,SUI
                        [--rdma-provider soft|native] [--rdma-address IP] [--loadgens N]
   --quick           a short smoke run (CI runs it; timings are reported, not asserted)
   --only            run only the named suites (rpc, protocol, soft-provider, transport, scenarios, nfs)
-  --profile         V8 CPU profiles and flame graphs of the gateway and the responder processes
+  --profile         V8 CPU profiles with flame graphs, and allocation profiles, of the gateway and the
+                    responder processes (node dist/bench/profile-summary.js DIR summarises both)
   --rdma-provider   the RDMA provider of the gateway chains: soft (default; userspace iWARP over TCP on
                     this host's CPUs) or native (the verbs addon: an RNIC, rxe or siw)
   --rdma-address    the address the responder listens on and the gateway connects to: 127.0.0.1 for

@@ -1,7 +1,8 @@
 /**
- * `node dist/bench/profile-summary.js DIR|FILE.cpuprofile [--top N]`: where the time goes in V8 CPU
- * profiles written by `npm run bench -- --profile` (node --cpu-prof). Prints, per profile, the self time
- * of the top functions and of the top source files, as a share of the samples. A flame graph of the same
+ * `node dist/bench/profile-summary.js DIR|FILE.cpuprofile|FILE.heapprofile [--top N]`: where the time and
+ * the garbage come from in the profiles written by `npm run bench -- --profile`. Prints, per CPU profile
+ * (node --cpu-prof), the self time of the top functions and of the top source files as a share of the
+ * samples; per allocation profile (bench/allocation-sampler.ts), the bytes they allocated. A flame graph of the same
  * file: `node dist/bench/flamegraph.js` (or Chrome DevTools, speedscope); this summary is what
  * docs/performance.md quotes.
  */
@@ -16,6 +17,7 @@ import {
   selfMicrosByNode,
   shortUrl,
 } from './cpuprofile.js';
+import { readHeapProfile, summariseAllocations } from './heapprofile.js';
 
 export interface SelfTime {
   name: string;
@@ -48,31 +50,56 @@ export function summarise(profile: CpuProfile): { total: number; functions: Self
   return { total, functions: sorted(fn), files: sorted(file) };
 }
 
+function percent(share: number): string {
+  return `${(100 * share).toFixed(1).padStart(5)}%`;
+}
+
+function printCpuProfile(f: string, top: number): void {
+  const s = summarise(readCpuProfile(f));
+  const idle = s.total - s.functions.reduce((a, x) => a + x.micros, 0);
+  process.stdout.write(
+    `\n## ${basename(f)}: ${(s.total / 1e6).toFixed(1)} s sampled, ${((100 * idle) / Math.max(1, s.total)).toFixed(0)}% idle\n`,
+  );
+  process.stdout.write('self time by function:\n');
+  for (const x of s.functions.slice(0, top)) process.stdout.write(`  ${percent(x.share)}  ${x.name}\n`);
+  process.stdout.write('self time by file:\n');
+  for (const x of s.files.slice(0, Math.min(top, 12)))
+    process.stdout.write(`  ${percent(x.share)}  ${x.name}\n`);
+}
+
+function printHeapProfile(f: string, top: number): void {
+  const s = summariseAllocations(readHeapProfile(f));
+  const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MiB`;
+  process.stdout.write(
+    `\n## ${basename(f)}: ${mib(s.total)} allocated over the process's life (V8's estimate, freed objects included)\n`,
+  );
+  process.stdout.write('allocated by function:\n');
+  for (const x of s.functions.slice(0, top)) {
+    process.stdout.write(`  ${percent(x.share)}  ${mib(x.bytes).padStart(10)}  ${x.name}\n`);
+  }
+  process.stdout.write('allocated by file:\n');
+  for (const x of s.files.slice(0, Math.min(top, 12))) {
+    process.stdout.write(`  ${percent(x.share)}  ${mib(x.bytes).padStart(10)}  ${x.name}\n`);
+  }
+}
+
+const PROFILE_FILE = /\.(cpuprofile|heapprofile)$/;
+
 function main(): void {
   const args = process.argv.slice(2);
   const topAt = args.indexOf('--top');
   const top = topAt >= 0 ? Number(args[topAt + 1]) : 20;
   const target = args.find((a, i) => !a.startsWith('--') && (topAt < 0 || i !== topAt + 1));
-  if (!target) throw new Error('usage: profile-summary DIR|FILE.cpuprofile [--top N]');
+  if (!target) throw new Error('usage: profile-summary DIR|FILE.cpuprofile|FILE.heapprofile [--top N]');
   const files = statSync(target).isDirectory()
     ? readdirSync(target)
-        .filter((f) => f.endsWith('.cpuprofile'))
+        .filter((f) => PROFILE_FILE.test(f))
+        .sort()
         .map((f) => join(target, f))
     : [target];
   for (const f of files) {
-    const s = summarise(readCpuProfile(f));
-    const idle = s.total - s.functions.reduce((a, x) => a + x.micros, 0);
-    process.stdout.write(
-      `\n## ${basename(f)}: ${(s.total / 1e6).toFixed(1)} s sampled, ${((100 * idle) / Math.max(1, s.total)).toFixed(0)}% idle\n`,
-    );
-    process.stdout.write('self time by function:\n');
-    for (const x of s.functions.slice(0, top)) {
-      process.stdout.write(`  ${(100 * x.share).toFixed(1).padStart(5)}%  ${x.name}\n`);
-    }
-    process.stdout.write('self time by file:\n');
-    for (const x of s.files.slice(0, Math.min(top, 12))) {
-      process.stdout.write(`  ${(100 * x.share).toFixed(1).padStart(5)}%  ${x.name}\n`);
-    }
+    if (f.endsWith('.heapprofile')) printHeapProfile(f, top);
+    else printCpuProfile(f, top);
   }
 }
 

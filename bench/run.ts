@@ -93,7 +93,9 @@ async function main(): Promise<void> {
   process.stderr.write(`\n${table(rows)}\n\nwritten to ${file}\n`);
   if (ctx.profileDir !== undefined && existsSync(ctx.profileDir)) {
     const graphs = writeFlameGraphs(ctx.profileDir);
-    process.stderr.write(`${graphs} flame graphs (SVG) beside the CPU profiles in ${ctx.profileDir}\n`);
+    process.stderr.write(
+      `${graphs} flame graphs (SVG) beside the CPU and allocation profiles in ${ctx.profileDir}\n`,
+    );
   }
   process.stdout.write(`${JSON.stringify(result)}\n`);
 }

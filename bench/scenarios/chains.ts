@@ -104,23 +104,32 @@ export class BenchWorld {
 }
 
 /**
- * Node.js flags of the gateway and responder processes: a CPU profile with `--profile`, and any flags in
- * `BENCH_NODE_ARGS` (space-separated, e.g. `--trace-gc`; the output lands in the process log, kept with
- * `BENCH_KEEP_TEMP=1`) for experiments.
+ * Node.js flags of the gateway and responder processes: with `--profile`, a CPU profile and an allocation
+ * profile (the same name, `.cpuprofile` and `.heapprofile`); and any flags in `BENCH_NODE_ARGS`
+ * (space-separated, e.g. `--trace-gc`; the output lands in the process log, kept with `BENCH_KEEP_TEMP=1`)
+ * for experiments.
  */
 function nodeArgs(profileDir: string | undefined, role: string): string[] {
   const extra = (process.env.BENCH_NODE_ARGS ?? '').split(' ').filter((a) => a.length > 0);
   if (!profileDir) return extra;
   mkdirSync(profileDir, { recursive: true });
+  const name = `${role}-${Date.now()}`;
+  const sampler = new URL(ALLOCATION_SAMPLER);
+  sampler.searchParams.set('out', join(profileDir, `${name}.heapprofile`));
   return [
     ...extra,
     '--cpu-prof',
     '--cpu-prof-dir',
     profileDir,
     '--cpu-prof-name',
-    `${role}-${Date.now()}.cpuprofile`,
+    `${name}.cpuprofile`,
+    '--import',
+    sampler.href,
   ];
 }
+
+/** The allocation sampler preloaded beside the CPU profiler (bench/allocation-sampler.ts). */
+const ALLOCATION_SAMPLER = new URL('../allocation-sampler.js', import.meta.url).href;
 
 /** The built-in test program as its own process (the upstream of every chain in the RPC scenarios). */
 export async function startTestProgram(world: BenchWorld, probe: Probe): Promise<Chain> {

@@ -3,7 +3,12 @@
  * real test-program server: each must relay calls end to end and say what it runs on, and a chain that
  * cannot start must say why.
  */
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import test from 'ava';
+import { readCpuProfile } from '../../bench/cpuprofile.js';
+import { readHeapProfile, summariseAllocations } from '../../bench/heapprofile.js';
 import { BenchWorld, embeddedChain, gatewayChain, relayChain } from '../../bench/scenarios/chains.js';
 import { benchTempDir } from '../../bench/scenarios/temp.js';
 import { TEST_PROGRAM, TEST_VERSION } from '../../gateway/test-program/constants.js';
@@ -77,6 +82,26 @@ test('the one-process gateway chain relays NULL through a single process and sto
     await chain.stop();
     t.false(await answersNull('127.0.0.1', chain.endpoint.port, TEST_PROGRAM, TEST_VERSION), 'stopped');
   });
+});
+
+test('with a profile directory the chain writes a CPU profile and an allocation profile per process', async (t) => {
+  const profileDir = mkdtempSync(join(tmpdir(), 'chain-profiles-'));
+  t.teardown(() => rmSync(profileDir, { recursive: true, force: true }));
+  await withUpstream('chains-profiled', async (world, upstream) => {
+    const { host, port } = upstream.addresses[0];
+    const chain = await embeddedChain(world, { host, port }, PROBE, { profileDir });
+    t.true(await answersNull('127.0.0.1', chain.endpoint.port, TEST_PROGRAM, TEST_VERSION));
+    await chain.stop();
+  });
+  const files = readdirSync(profileDir).sort();
+  t.is(files.length, 2, files.join(', '));
+  const [cpu, heap] = files;
+  t.regex(cpu, /^embedded-\d+\.cpuprofile$/);
+  t.is(heap, cpu.replace(/\.cpuprofile$/, '.heapprofile'), 'the same name, one of each');
+  t.true(readCpuProfile(join(profileDir, cpu)).samples.length > 0);
+  const alloc = summariseAllocations(readHeapProfile(join(profileDir, heap)));
+  // Loading the product's modules alone allocates megabytes.
+  t.true(alloc.total > 2 ** 20, `${alloc.total} bytes`);
 });
 
 const native = nativeAvailability();
