@@ -272,7 +272,7 @@ export function renderMarkdown(result: ResultFile): string {
   }
   lines.push(
     '',
-    `CPU per call (µs, from /proc: utime + stime over the measured window divided by the calls completed${loadgensNote(result)}), the time per call its main thread waited for a CPU while runnable (/proc/PID/schedstat), peak RSS (MiB) and, where /proc/PID/io could be read, calls completed per read / write system call (higher: better batching; /proc counts read(2)/write(2)/readv/writev, not haproxy's recv/send, so haproxy shows none). CPUs busy: the share of the machine's CPU time that was not idle meanwhile (/proc/stat):`,
+    `CPU per call (µs, from /proc: utime + stime, the kernel's part (stime) in brackets, over the measured window divided by the calls completed${loadgensNote(result)}), the time per call its main thread waited for a CPU while runnable (/proc/PID/schedstat), peak RSS (MiB) and, where /proc/PID/io could be read, calls completed per read / write system call (higher: better batching; /proc counts read(2)/write(2)/readv/writev, not haproxy's recv/send, so haproxy shows none). CPUs busy: the share of the machine's CPU time that was not idle meanwhile (/proc/stat):`,
     '',
     '| workload | chain | p50 | p99 | CPUs busy | load generator | per hop / process |',
     '|---|---|---:|---:|---:|---:|---|',
@@ -285,6 +285,7 @@ export function renderMarkdown(result: ResultFile): string {
           string,
           {
             cpuSeconds: number;
+            systemSeconds?: number;
             peakRssKiB: number;
             readCalls?: number;
             writeCalls?: number;
@@ -297,7 +298,7 @@ export function renderMarkdown(result: ResultFile): string {
     const hops = Object.entries(res)
       .map(
         ([role, v]) =>
-          `${role} ${((v.cpuSeconds * 1e6) / calls).toFixed(0)} µs${waited(calls, v.runqueueWaitSeconds)}, ${(v.peakRssKiB / 1024).toFixed(0)} MiB${perSyscall(calls, v.readCalls, v.writeCalls)}`,
+          `${role} ${((v.cpuSeconds * 1e6) / calls).toFixed(0)} µs${kernelPart(calls, v.systemSeconds)}${waited(calls, v.runqueueWaitSeconds)}, ${(v.peakRssKiB / 1024).toFixed(0)} MiB${perSyscall(calls, v.readCalls, v.writeCalls)}`,
       )
       .join('; ');
     const machine = x.machine as { busyFraction: number } | undefined;
@@ -307,6 +308,11 @@ export function renderMarkdown(result: ResultFile): string {
     );
   }
   return `${lines.join('\n')}\n`;
+}
+
+/** ` (kernel 2 µs)`: the system-time part of the CPU per call; nothing for results recorded before it was measured. */
+function kernelPart(calls: number, seconds: number | undefined): string {
+  return seconds === undefined ? '' : ` (kernel ${((seconds * 1e6) / calls).toFixed(0)} µs)`;
 }
 
 /** ` (waited 1.2 µs)`: run-queue wait per call; nothing for results recorded before it was measured. */

@@ -1,6 +1,7 @@
 /**
  * CPU time and memory of the processes in a chain, read from procfs (proc(5)): `/proc/<pid>/stat` fields
- * 14-17 (utime, stime, and cutime, cstime of reaped children, in clock ticks of 1/100 s on Linux) and
+ * 14-17 (utime, stime, and cutime, cstime of reaped children, in clock ticks of 1/100 s on Linux; the
+ * stimes are the kernel's part, kept apart as `systemSeconds`) and
  * `/proc/<pid>/status` VmRSS. A process group is summed over its live members: socat forks one child per
  * connection, whose CPU time reaches the parent's cutime/cstime once the connection ends. `/proc/<pid>/io`
  * `syscr`/`syscw` count the read(2)/readv(2) and write(2)/writev(2) calls (the VFS paths, which Node.js,
@@ -21,6 +22,8 @@ const CLOCK_TICKS = 100;
 
 export interface ProcSample {
   cpuSeconds: number;
+  /** The kernel's part of `cpuSeconds` (stime + cstime): system calls, and the loopback TCP they drive. */
+  systemSeconds: number;
   rssKiB: number;
   /** read/readv and write/writev calls so far (`/proc/<pid>/io`; 0 where it cannot be read). */
   readCalls: number;
@@ -56,11 +59,13 @@ function readPid(pid: number): ProcSample | undefined {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     // The command name (field 2) is in parentheses and may hold spaces: split after the last ')'.
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    const ticks = Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14]);
+    const systemTicks = Number(fields[12]) + Number(fields[14]);
+    const ticks = Number(fields[11]) + Number(fields[13]) + systemTicks;
     const status = readFileSync(`/proc/${pid}/status`, 'utf8');
     const rss = /VmRSS:\s+(\d+) kB/.exec(status);
     return {
       cpuSeconds: ticks / CLOCK_TICKS,
+      systemSeconds: systemTicks / CLOCK_TICKS,
       rssKiB: rss ? Number(rss[1]) : 0,
       ...readIo(pid),
       ...readSchedstat(pid),
@@ -91,6 +96,7 @@ export function sample(pid: number, group = false): ProcSample {
   const pids = group ? groupMembers(pid) : [pid];
   const total: ProcSample = {
     cpuSeconds: 0,
+    systemSeconds: 0,
     rssKiB: 0,
     readCalls: 0,
     writeCalls: 0,
@@ -101,6 +107,7 @@ export function sample(pid: number, group = false): ProcSample {
     const s = readPid(p);
     if (!s) continue;
     total.cpuSeconds += s.cpuSeconds;
+    total.systemSeconds += s.systemSeconds;
     total.rssKiB += s.rssKiB;
     total.readCalls += s.readCalls;
     total.writeCalls += s.writeCalls;
@@ -141,6 +148,8 @@ export interface Watched {
 
 export interface ResourceFigures {
   cpuSeconds: number;
+  /** The kernel's part of `cpuSeconds`. */
+  systemSeconds: number;
   peakRssKiB: number;
   startRssKiB: number;
   /** read/readv and write/writev calls made meanwhile (live members only for a group). */
@@ -203,6 +212,7 @@ export class ResourceSampler {
       const start = this.start.get(w.role)!;
       out[w.role] = {
         cpuSeconds: Math.max(0, end.cpuSeconds - start.cpuSeconds),
+        systemSeconds: Math.max(0, end.systemSeconds - start.systemSeconds),
         peakRssKiB: this.peak.get(w.role) ?? end.rssKiB,
         startRssKiB: this.startRss.get(w.role) ?? start.rssKiB,
         readCalls: Math.max(0, end.readCalls - start.readCalls),

@@ -378,6 +378,44 @@ test('the resource sampler counts the read and write system calls of a process',
   t.true(figures.child.peakRssKiB > 1024);
 });
 
+test("the resource sampler tells the kernel's CPU time from the process's own", async (t) => {
+  // 128 MiB from /dev/urandom: the kernel generates every byte, inside read(2). A fixed computation
+  // (~0.4 s of CPU however busy the cores are; a clock would make system calls): user time only.
+  const kernel = lineChild(process.execPath, [
+    '-e',
+    `const fs=require('fs');process.stdin.once('data',()=>{const fd=fs.openSync('/dev/urandom','r');const b=Buffer.alloc(1<<20);for(let i=0;i<128;i++)fs.readSync(fd,b);process.stdout.write('done\\n');process.stdin.once('data',()=>process.exit(0))});process.stdout.write('ready\\n')`,
+  ]);
+  const user = lineChild(process.execPath, [
+    '-e',
+    `process.stdin.once('data',()=>{let x=0;for(let i=0;i<6e8;i++)x+=i&7;process.stdout.write(x?'done\\n':'');process.stdin.once('data',()=>process.exit(0))});process.stdout.write('ready\\n')`,
+  ]);
+  t.is(await kernel.next(), 'ready');
+  t.is(await user.next(), 'ready');
+  const sampler = new ResourceSampler(
+    [
+      { role: 'kernel', pid: kernel.child.pid as number, group: false },
+      { role: 'user', pid: user.child.pid as number, group: false },
+    ],
+    10_000,
+  );
+  for (const c of [kernel, user]) c.child.stdin.write('go\n');
+  t.is(await kernel.next(), 'done');
+  t.is(await user.next(), 'done');
+  const f = sampler.stop();
+  for (const c of [kernel, user]) c.child.stdin.write('exit\n');
+  await Promise.all([once(kernel.child, 'exit'), once(user.child, 'exit')]);
+  const k = f.kernel;
+  const u = f.user;
+  t.true(
+    k.cpuSeconds >= 0.1 && k.systemSeconds >= 0.7 * k.cpuSeconds,
+    `urandom: kernel ${k.systemSeconds} of ${k.cpuSeconds} s`,
+  );
+  t.true(
+    u.cpuSeconds >= 0.2 && u.systemSeconds <= 0.2 * u.cpuSeconds,
+    `computation: kernel ${u.systemSeconds} of ${u.cpuSeconds} s`,
+  );
+});
+
 /** A child that spins for `ms` on CPU 0 (taskset), printing `ready` first and `done` at the end. */
 function spinner(ms: number) {
   return lineChild('taskset', [
@@ -430,7 +468,7 @@ test('the resource sampler measures the run-queue wait of processes that share a
   t.true(machine.busyFraction >= 0.8 / machine.cpus && machine.busyFraction <= 1, `${machine.busyFraction}`);
 });
 
-test('the Markdown report shows how busy the CPUs were and what each process waited for one per call', (t) => {
+test("the Markdown report shows how busy the CPUs were, each process's kernel part and its wait for a CPU per call", (t) => {
   const base = {
     suite: 'scenarios',
     unit: 'ops/s',
@@ -456,7 +494,13 @@ test('the Markdown report shows how busy the CPUs were and what each process wai
           ...extra,
           machine: { cpus: 2, busyFraction: 0.694 },
           resources: {
-            gateway: { cpuSeconds: 2.4, peakRssKiB: 120_000, startRssKiB: 1, runqueueWaitSeconds: 0.6 },
+            gateway: {
+              cpuSeconds: 2.4,
+              systemSeconds: 0.8,
+              peakRssKiB: 120_000,
+              startRssKiB: 1,
+              runqueueWaitSeconds: 0.6,
+            },
           },
         },
       },
@@ -469,7 +513,7 @@ test('the Markdown report shows how busy the CPUs were and what each process wai
     ],
   });
   const [now] = md.split('\n').filter((l) => l.startsWith('| null-c64 | gateway V2 pool 1 |'));
-  t.regex(now, /\| 69 % \| 4 µs \| gateway 6 µs \(waited 1\.5 µs\), 117 MiB \|$/);
+  t.regex(now, /\| 69 % \| 4 µs \| gateway 6 µs \(kernel 2 µs\) \(waited 1\.5 µs\), 117 MiB \|$/);
   const [old] = md.split('\n').filter((l) => l.startsWith('| null-c64 | old |'));
   t.regex(old, /\| {2}\| 4 µs \| gateway 6 µs, 117 MiB \|$/);
   t.notRegex(old, /waited/);
