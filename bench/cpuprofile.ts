@@ -31,15 +31,18 @@ export interface CpuProfile {
   timeDeltas: number[];
 }
 
+/** The parsed JSON of a profile file, or an error naming the file and what it should have been. */
+export function readProfileJson(path: string, kind: string): unknown {
+  try {
+    return JSON.parse(readFileSync(path, 'utf8'));
+  } catch (err) {
+    throw new Error(`${path}: not a readable JSON ${kind} (${(err as Error).message})`);
+  }
+}
+
 /** Reads and checks a `.cpuprofile`: a clear error naming the file when it is not one. */
 export function readCpuProfile(path: string): CpuProfile {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(readFileSync(path, 'utf8'));
-  } catch (err) {
-    throw new Error(`${path}: not a readable JSON CPU profile (${(err as Error).message})`);
-  }
-  const p = parsed as Partial<CpuProfile>;
+  const p = readProfileJson(path, 'CPU profile') as Partial<CpuProfile>;
   if (
     !Array.isArray(p.nodes) ||
     !Array.isArray(p.samples) ||

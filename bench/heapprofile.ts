@@ -3,8 +3,7 @@
  * bytes allocated per function and per file. `allocation-sampler` writes them with the objects already
  * collected included, so a node's `selfSize` is V8's estimate of everything allocated there over the run.
  */
-import { readFileSync } from 'node:fs';
-import { type CallFrame, frameLabel, shortUrl } from './cpuprofile.js';
+import { type CallFrame, frameLabel, readProfileJson, shortUrl } from './cpuprofile.js';
 
 export interface HeapProfileNode {
   callFrame: CallFrame;
@@ -28,13 +27,7 @@ const MAX_DEPTH = 1024;
 
 /** Reads and checks a `.heapprofile`: a clear error naming the file when it is not one. */
 export function readHeapProfile(path: string): HeapProfile {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(readFileSync(path, 'utf8'));
-  } catch (err) {
-    throw new Error(`${path}: not a readable JSON heap profile (${(err as Error).message})`);
-  }
-  const head = (parsed as Partial<HeapProfile> | null)?.head;
+  const head = (readProfileJson(path, 'heap profile') as Partial<HeapProfile> | null)?.head;
   if (!isNode(head)) throw new Error(`${path}: not a V8 sampling heap profile (needs a head node)`);
   return { head };
 }
