@@ -15,16 +15,14 @@ import { Session } from 'node:inspector';
  * One sample per this many bytes allocated on average: V8's default, cheap enough to leave the CPU
  * profile taken in the same run readable (a stack walk per ~32 KiB, a few thousand per second).
  */
-const DEFAULT_INTERVAL = 32 * 1024;
+const SAMPLING_INTERVAL = 32 * 1024;
 
-const params = new URL(import.meta.url).searchParams;
-const out = params.get('out');
+const out = new URL(import.meta.url).searchParams.get('out');
 if (out) {
   const session = new Session();
   session.connect();
-  const interval = Number(params.get('interval') ?? DEFAULT_INTERVAL);
   session.post('HeapProfiler.startSampling', {
-    samplingInterval: interval > 0 ? interval : DEFAULT_INTERVAL,
+    samplingInterval: SAMPLING_INTERVAL,
     includeObjectsCollectedByMajorGC: true,
     includeObjectsCollectedByMinorGC: true,
   });

@@ -2,9 +2,9 @@
  * `node dist/bench/profile-summary.js DIR|FILE.cpuprofile|FILE.heapprofile [--top N]`: where the time and
  * the garbage come from in the profiles written by `npm run bench -- --profile`. Prints, per CPU profile
  * (node --cpu-prof), the self time of the top functions and of the top source files as a share of the
- * samples; per allocation profile (bench/allocation-sampler.ts), the bytes they allocated. A flame graph of the same
- * file: `node dist/bench/flamegraph.js` (or Chrome DevTools, speedscope); this summary is what
- * docs/performance.md quotes.
+ * samples; per allocation profile (bench/allocation-sampler.ts), the bytes they allocated. A flame graph
+ * of a CPU profile: `node dist/bench/flamegraph.js` (or Chrome DevTools, speedscope); this summary is
+ * what docs/performance.md quotes.
  */
 import { readdirSync, statSync } from 'node:fs';
 import { basename, join } from 'node:path';
