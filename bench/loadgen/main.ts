@@ -20,6 +20,7 @@ import { encodeOpaqueParts, encodeSourceArgs, opaqueSize } from '../../gateway/t
 import { TEST_PROGRAM, TEST_VERSION, TestProc } from '../../gateway/test-program/constants.js';
 import type { RpcClient, RpcReply } from '../../tcp-frontend/client.js';
 import { connectAll } from './connect.js';
+import { latencyHistogram, summarizeLatency } from './histogram.js';
 import { holdIdleClients, type IdleClients } from './idle.js';
 import { type LoadResult, type LoadSpec, type OpSpec, payloadBytes, schedule } from './spec.js';
 
@@ -80,11 +81,7 @@ function replyProblem(reply: RpcReply, op: PreparedOp): string | undefined {
 }
 
 class Run {
-  readonly histogram = hdr.build({
-    lowestDiscernibleValue: 1,
-    highestTrackableValue: 60_000_000,
-    numberOfSignificantValueDigits: 3,
-  });
+  readonly histogram = latencyHistogram();
   measuring = false;
   stopped = false;
   ops = 0;
@@ -181,14 +178,7 @@ async function main(): Promise<void> {
     elapsedSeconds: elapsed,
     opsPerSec: run.ops / elapsed,
     bytesPerSec: run.bytes / elapsed,
-    latencyUs: {
-      p50: h.getValueAtPercentile(50),
-      p90: h.getValueAtPercentile(90),
-      p99: h.getValueAtPercentile(99),
-      p999: h.getValueAtPercentile(99.9),
-      max: h.maxValue,
-      mean: h.mean,
-    },
+    latencyUs: summarizeLatency(h),
     histogram: hdr.encodeIntoCompressedBase64(h),
     clientCpuSeconds: (cpu.user + cpu.system) / 1e6,
     generators: 1,

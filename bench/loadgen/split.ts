@@ -8,6 +8,7 @@
  * calls outstanding), so a run with N generators is compared with a run with one.
  */
 import hdr from 'hdr-histogram-js';
+import { latencyHistogram, summarizeLatency } from './histogram.js';
 import type { LoadResult, LoadSpec } from './spec.js';
 
 /** The most generator processes a run may ask for (`--loadgens`): more would only compete for cores. */
@@ -44,11 +45,7 @@ export function splitSpec(spec: LoadSpec, generators: number): LoadSpec[] {
 export function mergeResults(spec: LoadSpec, results: readonly LoadResult[]): LoadResult {
   if (results.length === 0) throw new RangeError('no load-generator result to merge');
   if (results.length === 1) return results[0];
-  const merged = hdr.build({
-    lowestDiscernibleValue: 1,
-    highestTrackableValue: 60_000_000,
-    numberOfSignificantValueDigits: 3,
-  });
+  const merged = latencyHistogram();
   let ops = 0;
   let errors = 0;
   let opsPerSec = 0;
@@ -78,14 +75,7 @@ export function mergeResults(spec: LoadSpec, results: readonly LoadResult[]): Lo
     elapsedSeconds,
     opsPerSec,
     bytesPerSec,
-    latencyUs: {
-      p50: merged.getValueAtPercentile(50),
-      p90: merged.getValueAtPercentile(90),
-      p99: merged.getValueAtPercentile(99),
-      p999: merged.getValueAtPercentile(99.9),
-      max: merged.maxValue,
-      mean: merged.mean,
-    },
+    latencyUs: summarizeLatency(merged),
     histogram: hdr.encodeIntoCompressedBase64(merged),
     clientCpuSeconds,
     generators,
