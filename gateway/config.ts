@@ -17,6 +17,7 @@ import { DEFAULT_FRONTEND_LIMITS } from '../tcp-frontend/limits.js';
 import { MAX_FRAGMENT_LENGTH } from '../tcp-frontend/record-marking.js';
 import { formatRoute, parseRoute, type Route } from './dispatch.js';
 import { programByName, programName, programNames } from './portmapper/programs.js';
+import { DEFAULT_MAX_REPLY_BYTES } from './router.js';
 
 /** The port NFS uses (RFC 7530 §3.1): the gateway is a drop-in NFS endpoint. */
 export const DEFAULT_FRONTEND_PORT = 2049;
@@ -35,6 +36,8 @@ export interface GatewayConfig {
     maxConnections: number;
     maxRecordSize: number;
     maxCallsInFlight: number;
+    /** Reply bytes one client may have coming and unsent (`Router`'s reply room). */
+    maxReplyBytes: number;
     idleTimeoutMs: number;
     recordTimeoutMs: number;
     /** Client networks allowed to connect (CIDR); empty: everyone. */
@@ -146,6 +149,12 @@ export const CONFIG_SCHEMA: readonly KeyDef[] = [
     kind: { type: 'int', min: 1, max: 1_000_000 },
     default: DEFAULT_FRONTEND_LIMITS.maxCallsInFlight,
     doc: "Calls one client may have outstanding; at the limit the gateway stops reading that client's socket.",
+  },
+  {
+    key: 'frontend.maxReplyBytes',
+    kind: { type: 'size', min: 64 * 1024, max: 0x7fff_ffff },
+    default: DEFAULT_MAX_REPLY_BYTES,
+    doc: 'Reply bytes one client may have coming (its calls in flight, each at its largest possible reply; 4 MiB + 64 KiB when the binding cannot bound it) plus written and not yet taken by its socket; a call beyond waits until the client reads (one always goes). Bounds what a client that does not read its replies costs the gateway.',
   },
   {
     key: 'frontend.idleTimeoutMs',

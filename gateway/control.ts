@@ -319,6 +319,7 @@ export class GatewayControlAdapter implements GatewayControl {
           ulb_unknown: r.ulbUnknown,
           ulb_partial: r.ulbPartial,
           gss_xid_collisions: r.gssXidCollisions,
+          reply_room_waits: r.replyRoomWaits,
         },
       },
       upstreams: pool.slots.map((s) => this.slotCounters(pool.peer, s)),

@@ -199,6 +199,9 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     recordPool,
     holdTimeMs: config.rdma.holdTimeMs,
     tickMs: o.routerTickMs,
+    maxReplyBytes: config.frontend.maxReplyBytes,
+    // A reply the ULB cannot bound can be as large as the Reply chunk the transport offers.
+    unknownReplyBytes: transport.maxChunkSize,
   });
   const pool = new ConnectionPool({
     device,

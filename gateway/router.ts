@@ -74,7 +74,22 @@ export interface RouterOptions {
    * assembled in it (the frontend gives them back once written).
    */
   recordPool?: BufferPool;
+  /**
+   * Reply bytes one client may have coming (its calls in flight, each counted at its largest possible
+   * reply) plus written and not yet taken by its socket. A call that would go beyond waits in the
+   * router until replies drain; one call always goes when nothing is coming or unsent. Default 64 MiB.
+   */
+  maxReplyBytes?: number;
+  /**
+   * What a call whose reply size its ULB cannot bound is counted at: the largest reply the transport
+   * accepts (the Reply chunk it offers). Default 4 MiB + 64 KiB.
+   */
+  unknownReplyBytes?: number;
 }
+
+/** Defaults of `RouterOptions.maxReplyBytes` and `unknownReplyBytes`. */
+export const DEFAULT_MAX_REPLY_BYTES = 64 * 1024 * 1024;
+const DEFAULT_UNKNOWN_REPLY_BYTES = 4 * 1024 * 1024 + 64 * 1024;
 
 /** Counters (monotonic) and gauges (current values) of the router, as plain numbers. */
 export interface RouterStats extends BackchannelStats {
@@ -109,6 +124,8 @@ export interface RouterStats extends BackchannelStats {
   ulbPartial: number;
   /** RPCSEC_GSS calls that had to wait or move because their XID was in use. */
   gssXidCollisions: number;
+  /** Times a client's calls were held because its replies would not fit `maxReplyBytes` (it reads too slowly). */
+  replyRoomWaits: number;
   /** Gauges. */
   clients: number;
   queued: number;
@@ -142,6 +159,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     ulbUnknown: 0,
     ulbPartial: 0,
     gssXidCollisions: 0,
+    replyRoomWaits: 0,
     clients: 0,
     queued: 0,
     inFlight: 0,
@@ -149,6 +167,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     recordsCreated: 0,
   };
   readonly holdTimeMs: number;
+  readonly maxReplyBytes: number;
+  private readonly unknownReplyBytes: number;
   private readonly tickMs: number;
   private readonly registry: UlbRegistry;
   private readonly header = new RpcCallHeader();
@@ -192,6 +212,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   constructor(options: RouterOptions) {
     this.registry = options.registry;
     this.holdTimeMs = options.holdTimeMs ?? 30_000;
+    this.maxReplyBytes = options.maxReplyBytes ?? DEFAULT_MAX_REPLY_BYTES;
+    this.unknownReplyBytes = options.unknownReplyBytes ?? DEFAULT_UNKNOWN_REPLY_BYTES;
     this.tickMs = options.tickMs ?? 250;
     this.recordPool = options.recordPool;
     this.records = new CallRecordPool(options.recordPool?.release);
@@ -339,7 +361,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   // Scheduling
 
   private activate(client: ClientState): void {
-    if (client.active) return;
+    // A client waiting for reply room goes back in from `wakeForRoom`, not with each new call.
+    if (client.active || client.waitingForRoom) return;
     client.active = true;
     this.ring.push(client);
   }
@@ -356,6 +379,14 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
         if (r === null || client.closed) {
           this.ring.shift();
           client.active = false;
+          continue;
+        }
+        if (!this.hasReplyRoom(client, r)) {
+          // Its replies would not fit: it waits out of the ring until a reply or a drain makes room.
+          this.ring.shift();
+          client.active = false;
+          client.waitingForRoom = true;
+          this.stats.replyRoomWaits++;
           continue;
         }
         const link = this.pick(r);
@@ -477,6 +508,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     }
     r.attempts++;
     client.inFlight++;
+    r.replyReserve = this.replyBytesOf(r);
+    client.replyReserved += r.replyReserve;
     this.stats.inFlight++;
     link.conn.submit(r);
   }
@@ -502,8 +535,17 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       this.one[0] = reply;
       client.conn.sendReply(this.one);
       this.one[0] = EMPTY; // drop the reference to the reply
+      if (client.waitingForRoom) this.wakeForRoom(client);
     }
     this.records.give(r);
+    this.pump();
+  }
+
+  /** The client's socket drained: if it waited for reply room, its calls may go on. */
+  onWritable(conn: FrontendConnection): void {
+    const client = conn.context as ClientState | undefined;
+    if (client === undefined || !client.waitingForRoom) return;
+    this.wakeForRoom(client);
     this.pump();
   }
 
@@ -587,7 +629,38 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     }
     const client = r.client as ClientState;
     client.inFlight--;
+    client.replyReserved -= r.replyReserve;
+    r.replyReserve = 0;
     this.stats.inFlight--;
+  }
+
+  /**
+   * Whether `client` may send `r` now without its replies outgrowing `maxReplyBytes`: the replies its
+   * calls in flight may bring, what its socket has not taken yet, and `r`'s own. A client that does not
+   * read its replies would otherwise make the gateway buffer every reply of every call it sent
+   * (`maxCallsInFlight` × the largest reply). One call always goes when nothing is coming or unsent, so
+   * a reply larger than the budget still gets through.
+   */
+  private hasReplyRoom(client: ClientState, r: CallRecord): boolean {
+    const unsent = client.conn.unsentBytes;
+    if (client.replyReserved === 0 && unsent === 0) return true;
+    return client.replyReserved + unsent + this.replyBytesOf(r) <= this.maxReplyBytes;
+  }
+
+  /** The largest reply `r` can bring: its ULB's bound, or the largest reply the transport accepts. */
+  private replyBytesOf(r: CallRecord): number {
+    return r.maxReplySize >= 0 ? r.maxReplySize : this.unknownReplyBytes;
+  }
+
+  /** A client that waited for reply room goes back in the ring if its next call fits now. */
+  private wakeForRoom(client: ClientState): void {
+    if (!client.waitingForRoom || client.closed) return;
+    const r = client.head;
+    if (r !== null && !this.hasReplyRoom(client, r)) return;
+    client.waitingForRoom = false;
+    // The hold time measures waiting for an RDMA connection, not for the client to read.
+    if (r !== null) r.queuedAt = performance.now();
+    if (client.queued > 0) this.activate(client);
   }
 
   // --------------------------------------------------------------------------------------------------
@@ -630,6 +703,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     this.refreshLinks();
     if (this.stats.queued > 0) {
       this.expireHeld();
+      // A socket that emptied without ever blocking sends no drain: look at the waiting clients here.
+      for (const c of this.clients) if (c.waitingForRoom) this.wakeForRoom(c);
       this.pump();
     }
   }
@@ -639,7 +714,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     const limit = performance.now() - this.holdTimeMs;
     let expired: ClientState[] | null = null;
     for (const c of this.clients) {
-      if (c.head === null || c.head.queuedAt >= limit) continue;
+      // Waiting for its own replies to drain is not waiting for an RDMA connection.
+      if (c.head === null || c.waitingForRoom || c.head.queuedAt >= limit) continue;
       expired ??= [];
       expired.push(c);
     }

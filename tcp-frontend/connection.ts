@@ -188,6 +188,11 @@ export class FrontendConnection {
     return ok;
   }
 
+  /** Reply bytes accepted by `sendRecord` and not yet taken by the kernel (gathered for this tick, or queued in the socket). */
+  get unsentBytes(): number {
+    return this.writer.staged + this.socket.writableLength;
+  }
+
   /** The socket is not draining: a write returned false and `drain` has not come yet (the writer's state). */
   get writeBlocked(): boolean {
     return this.writer.blocked;

@@ -34,6 +34,8 @@ export class CallRecord implements TransportCall {
   readonly ddpArgs: readonly DdpItem[];
   readonly ddpResults: readonly number[];
   maxReplySize = -1;
+  /** Reply bytes reserved against its client's budget while it is in flight (`Router`'s reply room). */
+  replyReserve = 0;
 
   /** The client that sent it (null while the record is free). */
   client: ClientState | null = null;
@@ -67,6 +69,7 @@ export class CallRecord implements TransportCall {
     this.xid = 0;
     this.message = EMPTY;
     this.maxReplySize = -1;
+    this.replyReserve = 0;
     this.client = null;
     this.clientXid = 0;
     this.gss = false;

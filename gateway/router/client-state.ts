@@ -15,6 +15,10 @@ export class ClientState {
   queued = 0;
   /** Calls submitted to an RDMA connection and not yet answered. */
   inFlight = 0;
+  /** Reply bytes reserved by those calls, each at its largest possible reply (`CallRecord.replyReserve`). */
+  replyReserved = 0;
+  /** Out of the ring because its replies would not fit its reply budget; back in on a reply or a drain. */
+  waitingForRoom = false;
   /** In the scheduler's round-robin ring. */
   active = false;
   /** The TCP connection is gone: replies to its calls are consumed and dropped. */

@@ -17,6 +17,8 @@ export interface TestGatewayOptions {
   /** A peer instead of the embedded responder. */
   peer?: HostPort;
   maxCallsInFlight?: number;
+  /** `frontend.maxReplyBytes`: reply bytes one client may have coming and unsent. */
+  maxReplyBytes?: number;
   backoffMs?: number;
   routerTickMs?: number;
   /** Soft provider MPA CRC (`rdma.softCrc`). */
@@ -32,6 +34,7 @@ export function testConfig(o: TestGatewayOptions = {}): GatewayConfig {
   config.rdma.holdTimeMs = o.holdTimeMs ?? config.rdma.holdTimeMs;
   if (o.peer) config.rdma.peer = o.peer;
   if (o.maxCallsInFlight) config.frontend.maxCallsInFlight = o.maxCallsInFlight;
+  if (o.maxReplyBytes) config.frontend.maxReplyBytes = o.maxReplyBytes;
   if (o.softCrc !== undefined) config.rdma.softCrc = o.softCrc;
   config.log.level = 'silent';
   return config;

@@ -1,0 +1,91 @@
+/**
+ * A client that sends calls and does not read its replies (a stalled or hostile reader) must cost the
+ * gateway a bounded amount of memory: without the reply budget (`frontend.maxReplyBytes`) one 64 KiB read
+ * of 128 SOURCE calls made the gateway fetch and hold 128 replies of up to 4 MiB each. Through the whole
+ * chain (frontend → router → RDMA → embedded responder → test program), real sockets.
+ */
+import test from 'ava';
+import { encodeSourceArgs } from '../../gateway/test-program/codec.js';
+import { TEST_PROGRAM, TEST_VERSION, TestProc } from '../../gateway/test-program/constants.js';
+import { TestProgramClient } from '../../gateway/test-program/index.js';
+import { RecordDecoder } from '../../tcp-frontend/record-marking.js';
+import { connectRaw, framedCall, waitFor } from '../gateway/helpers.js';
+import { settledGauges, startTestGateway } from './helpers.js';
+
+const MiB = 1024 * 1024;
+
+test('a client that does not read its replies gets at most its reply budget fetched, then every reply once it reads', async (t) => {
+  const budget = 16 * MiB;
+  const g = await startTestGateway({ maxReplyBytes: budget });
+  const { port } = g.addresses[0];
+  const hog = await connectRaw(port);
+  t.teardown(async () => {
+    hog.destroy();
+    await g.stop(0);
+  });
+  hog.pause();
+  // 64 SOURCE calls of 1 MiB in one write: 64 MiB of replies, and the client reads none of them yet.
+  const CALLS = 64;
+  const calls: Buffer[] = [];
+  for (let i = 0; i < CALLS; i++) {
+    calls.push(framedCall(i + 1, TEST_PROGRAM, TEST_VERSION, TestProc.SOURCE, encodeSourceArgs(MiB, i)));
+  }
+  hog.write(Buffer.concat(calls));
+  await waitFor(() => g.router.stats.replyRoomWaits > 0, 'the router to hold the client back');
+  // Let everything that may still move settle: replies in flight land, the socket fills.
+  await new Promise((r) => setTimeout(r, 500));
+  const [conn] = g.frontend.connections;
+  const fetched = g.router.stats.replies;
+  t.log(`${fetched} of ${CALLS} replies fetched, ${(conn.bytesOut / MiB).toFixed(1)} MiB written or queued`);
+  // The budget (16 MiB: the test program's binding bounds each SOURCE reply at 1 MiB and its header) plus
+  // what the kernel's socket buffers took before user space had to hold anything: far from the 64 asked.
+  t.true(conn.bytesOut < budget + 12 * MiB, `${conn.bytesOut} bytes queued for the client`);
+  t.true(fetched < CALLS / 2, `${fetched} replies fetched`);
+  t.true(g.router.snapshot().queued > 0, 'the rest wait in the router');
+
+  // Everyone else is served meanwhile.
+  const other = await TestProgramClient.connect({ host: '127.0.0.1', port });
+  t.teardown(() => other.rpc.destroy());
+  t.deepEqual(await other.echo(Buffer.from('not held')), Buffer.from('not held'));
+
+  // Once the client reads, every reply comes, in full and to the call it answers.
+  const seen = new Map<number, number>();
+  const all = new Promise<void>((resolve, reject) => {
+    const decoder = new RecordDecoder((record) => {
+      const xid = record.readUInt32BE(0);
+      seen.set(xid, record.length);
+      if (seen.size === CALLS) resolve();
+    });
+    hog.on('data', (chunk: Buffer) => {
+      try {
+        decoder.push(chunk);
+      } catch (e) {
+        reject(e);
+      }
+    });
+  });
+  hog.resume();
+  await all;
+  for (let xid = 1; xid <= CALLS; xid++) {
+    // accepted reply header (24 bytes) + the opaque's length word + 1 MiB
+    t.is(seen.get(xid), 24 + 4 + MiB, `reply ${xid}`);
+  }
+  t.is(g.router.stats.holdExpired, 0, 'waiting for the client to read is not waiting for RDMA');
+  const settled = await settledGauges(g);
+  t.is(settled.routerInFlight, 0);
+  t.is(settled.routerQueued, 0);
+});
+
+test('with a budget smaller than one reply, calls still go one at a time', async (t) => {
+  const g = await startTestGateway({ maxReplyBytes: 64 * 1024 });
+  const { port } = g.addresses[0];
+  const c = await TestProgramClient.connect({ host: '127.0.0.1', port, maxInFlight: 8 });
+  t.teardown(async () => {
+    c.rpc.destroy();
+    await g.stop(0);
+  });
+  const replies = await Promise.all(Array.from({ length: 8 }, (_, i) => c.source(256 * 1024, i)));
+  t.is(replies.length, 8);
+  for (const r of replies) t.is(r.length, 256 * 1024);
+  t.true(g.router.stats.replyRoomWaits > 0, 'the budget held the later calls back');
+});
