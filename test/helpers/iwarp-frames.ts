@@ -122,3 +122,86 @@ export class SendFramer {
     return fpdu(ddp, { crc: this.crc });
   }
 }
+
+/**
+ * A DDP tagged segment (RFC 5041 §4.1, RFC 5040 §4.2): DDP control (T=1, L, DV=1), RDMAP control (RV=1,
+ * opcode: 0 Write, 2 Read Response), the STag and the 64-bit tagged offset, then the payload.
+ */
+export function ddpTagged(
+  opcode: number,
+  stag: number,
+  to: bigint,
+  payload: Uint8Array,
+  last = true,
+): Buffer {
+  const out = Buffer.alloc(14 + payload.length);
+  out[0] = 0x80 | (last ? 0x40 : 0) | 0x01;
+  out[1] = 0x40 | (opcode & 0x0f);
+  out.writeUInt32BE(stag >>> 0, 2);
+  out.writeBigUInt64BE(BigInt.asUintN(64, to), 6);
+  out.set(payload, 14);
+  return out;
+}
+
+/** An RDMAP Read Request (RFC 5040 §4.4) on DDP queue 1: sink STag and offset, size, source STag and offset. */
+export function ddpReadRequest(
+  msn: number,
+  read: { sinkStag: number; sinkTo: bigint; size: number; srcStag: number; srcTo: bigint },
+): Buffer {
+  const body = Buffer.alloc(28);
+  body.writeUInt32BE(read.sinkStag >>> 0, 0);
+  body.writeBigUInt64BE(read.sinkTo, 4);
+  body.writeUInt32BE(read.size >>> 0, 12);
+  body.writeUInt32BE(read.srcStag >>> 0, 16);
+  body.writeBigUInt64BE(read.srcTo, 20);
+  return ddpUntaggedSend(body, { msn, qn: 1, opcode: 0x1 });
+}
+
+/** One FPDU of a captured stream, its DDP/RDMAP fields read (CRC not checked). */
+export interface ParsedFpdu {
+  tagged: boolean;
+  last: boolean;
+  opcode: number;
+  stag?: number;
+  to?: bigint;
+  msn?: number;
+  /** Read Request: the sink STag and offset and the size it asks for. */
+  read?: { sinkStag: number; sinkTo: bigint; size: number };
+  /** Terminate: [layer, type, code] of its control word. */
+  terminate?: [number, number, number];
+  payload: Buffer;
+}
+
+/** Splits a stream of FPDUs (no markers) into its frames; a partial last frame is left out. */
+export function parseFpdus(stream: Buffer): ParsedFpdu[] {
+  const out: ParsedFpdu[] = [];
+  let off = 0;
+  while (off + 2 <= stream.length) {
+    const len = stream.readUInt16BE(off);
+    const total = ((2 + len + 3) & ~3) + 4;
+    if (off + total > stream.length) break;
+    const u = stream.subarray(off + 2, off + 2 + len);
+    const tagged = (u[0] & 0x80) !== 0;
+    const f: ParsedFpdu = {
+      tagged,
+      last: (u[0] & 0x40) !== 0,
+      opcode: u[1] & 0x0f,
+      payload: u.subarray(tagged ? 14 : 18),
+    };
+    if (tagged) {
+      f.stag = u.readUInt32BE(2);
+      f.to = u.readBigUInt64BE(6);
+    } else {
+      f.msn = u.readUInt32BE(10);
+      if (f.opcode === 0x1)
+        f.read = { sinkStag: u.readUInt32BE(18), sinkTo: u.readBigUInt64BE(22), size: u.readUInt32BE(30) };
+      if (f.opcode === 0x7) {
+        const w = u.readUInt32BE(18);
+        f.terminate = [w >>> 28, (w >>> 24) & 0xf, (w >>> 16) & 0xff];
+      }
+    }
+    out.push(f);
+    off += total;
+  }
+  return out;
+}

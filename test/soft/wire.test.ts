@@ -1,7 +1,9 @@
 /**
  * Soft provider on the wire, checked against an independent framer (test/helpers/iwarp-frames.ts) over a
  * raw TCP socket: CRC32c, MPA negotiation (revision 1 answered with 1, markers refused, CRC off = zero
- * field), and the Terminate sent for a CRC error, a bad MSN, a bad MO and a Send with no Receive.
+ * field), the Terminate sent for a CRC error, a bad MSN, a bad MO, a Send with no Receive, a frame too
+ * short to parse and a Read Response that does not fill its Read; a Read Response whose region was
+ * revoked meanwhile never leaves; MSNs wrap modulo 2^32; a local error does not take back earlier WRs.
  */
 import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -26,7 +28,16 @@ import {
   WcStatus,
   WrOpcode,
 } from '../../rdma-backend/verbs/index.js';
-import { ddpUntaggedSend, fpdu, mpaRequest, crc32c as oracleCrc } from '../helpers/iwarp-frames.js';
+import {
+  ddpReadRequest,
+  ddpTagged,
+  ddpUntaggedSend,
+  fpdu,
+  mpaReply,
+  mpaRequest,
+  crc32c as oracleCrc,
+  parseFpdus,
+} from '../helpers/iwarp-frames.js';
 import { CqWatcher, EventLog } from '../verbs/harness.js';
 
 test('CRC32c check value, little-endian on the wire, chaining and native = software', (t) => {
@@ -421,4 +432,262 @@ test('FPDUs never exceed the configured MULPDU', async (t) => {
   t.true(n >= 6);
   r.sock.destroy();
   await l.close();
+});
+
+for (const len of [0, 1]) {
+  for (const pieces of [1, 3]) {
+    // RFC 5044 §4: the pad and CRC follow the ULPDU, so one shorter than the DDP control bytes read with its
+    // length cannot be parsed on; split or not, the verdict must be the same (it once hung when split).
+    test(`a ULPDU of ${len} byte(s) terminates with LLP/MPA 2/0/3, ${pieces === 1 ? 'whole' : 'split across reads'}`, (t) =>
+      terminateFor(t, () => fpdu(Buffer.alloc(len)), [2, 0, 3], 2, pieces));
+  }
+}
+
+/** A raw TCP listener playing the MPA responder (revision 1) to one of our initiators. */
+async function rawResponder(): Promise<{
+  port: number;
+  peer: () => Promise<{ sock: net.Socket; stream: () => Buffer }>;
+  close: () => void;
+}> {
+  let resolvePeer: (p: { sock: net.Socket; stream: () => Buffer }) => void = () => {};
+  const ready = new Promise<{ sock: net.Socket; stream: () => Buffer }>((r) => {
+    resolvePeer = r;
+  });
+  const server = net.createServer((sock) => {
+    let buf = Buffer.alloc(0);
+    let answered = false;
+    sock.on('error', () => {});
+    sock.on('data', (d: Buffer) => {
+      buf = Buffer.concat([buf, d]);
+      if (!answered && buf.length >= 20) {
+        answered = true;
+        buf = buf.subarray(20);
+        sock.write(mpaReply({ revision: 1 }));
+        resolvePeer({ sock, stream: () => buf });
+      }
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return { port: (server.address() as net.AddressInfo).port, peer: () => ready, close: () => server.close() };
+}
+
+async function until<T>(f: () => T | undefined, what: string): Promise<T> {
+  const deadline = Date.now() + 3000;
+  for (;;) {
+    const v = f();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+test('a Read Response must fill its Read sink from its offset to its size: otherwise DDP 1/1/1 and nothing placed', async (t) => {
+  type Read = { sinkStag: number; sinkTo: bigint; size: number };
+  // [what the peer answers, how many leading sink bytes a legitimate first part of it placed]
+  const answers: [string, (r: Read) => Buffer[], number][] = [
+    ['an empty last segment', (r) => [ddpTagged(2, r.sinkStag, r.sinkTo, Buffer.alloc(0))], 0],
+    [
+      '64 bytes 1000 past the sink offset',
+      (r) => [ddpTagged(2, r.sinkStag, r.sinkTo + 1000n, Buffer.alloc(64, 0x11))],
+      0,
+    ],
+    [
+      'a second segment that does not start where the first ended',
+      (r) => [
+        ddpTagged(2, r.sinkStag, r.sinkTo, Buffer.alloc(32, 0x22), false),
+        ddpTagged(2, r.sinkStag, r.sinkTo + 40n, Buffer.alloc(32, 0x22)),
+      ],
+      32,
+    ],
+  ];
+  for (const [name, answer, placedFirst] of answers) {
+    const responder = await rawResponder();
+    const dev = await createSoftProvider({ mpaRevision: 1 }).openDevice();
+    const pd = dev.allocPd();
+    const cq = new CqWatcher(dev.createCq(16));
+    const events = new EventLog();
+    const conn = dev.connect({
+      host: '127.0.0.1',
+      port: responder.port,
+      pd,
+      sendCq: cq.cq,
+      recvCq: cq.cq,
+      cap: { maxSendWr: 4, maxRecvWr: 4, maxSendSge: 1, maxRecvSge: 1 },
+      onEvent: events.handler,
+    });
+    const peer = await responder.peer();
+    await events.wait(CmEventType.ESTABLISHED);
+    // The Read asks for bytes [0, 64) of a 4 KiB region: everything else must stay as it is.
+    const sinkBuf = Buffer.alloc(4096, 0xee);
+    const sink = pd.registerMemory(sinkBuf, Access.LOCAL_WRITE | Access.REMOTE_WRITE);
+    conn.qp.postSend({
+      wrId: 7,
+      opcode: WrOpcode.RDMA_READ,
+      flags: SendFlags.SIGNALED,
+      sgList: [{ mr: sink, offset: 0, length: 64 }],
+      rkey: 0x1234,
+      remoteAddr: 0x5000n,
+    });
+    const req = await until(() => parseFpdus(peer.stream()).find((f) => f.read)?.read, 'the Read Request');
+    t.is(req.size, 64);
+    for (const segment of answer(req)) peer.sock.write(fpdu(segment));
+    const [wc] = await cq.take(1);
+    t.is(wc.wrId, 7);
+    t.not(wc.status, WcStatus.SUCCESS, `${name}: the Read fails`);
+    const term = await until(
+      () => parseFpdus(peer.stream()).find((f) => f.terminate)?.terminate,
+      'the Terminate',
+    );
+    t.deepEqual(term, [1, 1, 1], `${name}: DDP tagged base or bounds violation`);
+    const rest = sinkBuf.subarray(placedFirst);
+    t.true(
+      rest.every((b) => b === 0xee),
+      `${name}: nothing placed beyond the first ${placedFirst} bytes (${rest.filter((b) => b !== 0xee).length} changed)`,
+    );
+    conn.destroy();
+    peer.sock.destroy();
+    responder.close();
+  }
+});
+
+test('a Read Response waiting for the socket while its region is revoked never leaves: RDMAP 0/1/0', async (t) => {
+  const s = await server({}, 1);
+  const r = await raw(s.port);
+  r.sock.write(mpaRequest({ revision: 1 }));
+  await r.waitFor(22);
+  r.sock.pause(); // the provider's socket fills up, so its transmit waits for a drain
+  r.sock.write(fpdu(ddpUntaggedSend(Buffer.from('hello'), { msn: 1 }))); // our first FPDU: it may transmit
+  await s.cq.take(1);
+  const conn = s.conn() as Connection;
+  const pd = conn.qp.pd;
+  const src = pd.registerMemory(Buffer.alloc(64, 0x41), Access.LOCAL_WRITE | Access.REMOTE_READ);
+  const big = pd.registerMemory(Buffer.alloc(1 << 20, 0x5a), Access.LOCAL_WRITE);
+  for (let i = 0; i < 8; i++) {
+    conn.qp.postSend({
+      wrId: 100 + i,
+      opcode: WrOpcode.SEND,
+      flags: 0,
+      sgList: [{ mr: big, offset: 0, length: 1 << 20 }],
+    });
+  }
+  await new Promise((res) => setTimeout(res, 200));
+  const stag = src.rkey;
+  r.sock.write(
+    fpdu(ddpReadRequest(1, { sinkStag: 0xabcd00, sinkTo: 0n, size: 64, srcStag: stag, srcTo: src.iova })),
+  );
+  await new Promise((res) => setTimeout(res, 200));
+  // The owner is done with those bytes: it revokes the region's keys and reuses the memory.
+  src.rekey();
+  src.buffer.fill(0x42);
+  r.sock.resume();
+  const frames = await until(() => {
+    const f = parseFpdus(r.got().subarray(22));
+    return f.some((x) => x.terminate) ? f : undefined;
+  }, 'the Terminate');
+  t.is(frames.filter((f) => f.tagged && f.opcode === 2).length, 0, 'no Read Response');
+  t.deepEqual(frames.find((f) => f.terminate)?.terminate, [0, 1, 0], 'RDMAP: invalid STag');
+  r.sock.destroy();
+  await s.close();
+});
+
+test('a local protection error does not take back the WRs posted before it: they are sent and succeed', async (t) => {
+  const s = await server({}, 4);
+  const dev = await createSoftProvider().openDevice();
+  const pd = dev.allocPd();
+  const cq = new CqWatcher(dev.createCq(16));
+  const events = new EventLog();
+  const conn = dev.connect({
+    host: '127.0.0.1',
+    port: s.port,
+    pd,
+    sendCq: cq.cq,
+    recvCq: cq.cq,
+    cap: { maxSendWr: 8, maxRecvWr: 8, maxSendSge: 1, maxRecvSge: 1 },
+    onEvent: events.handler,
+  });
+  await events.wait(CmEventType.ESTABLISHED);
+  const good = pd.registerMemory(Buffer.from('GOOD-SEND-A'), Access.LOCAL_WRITE);
+  const bad = pd.registerMemory(Buffer.alloc(8), Access.LOCAL_WRITE);
+  bad.deregister();
+  // One tick: A is valid, B names a deregistered region.
+  conn.qp.postSend({
+    wrId: 1,
+    opcode: WrOpcode.SEND,
+    flags: SendFlags.SIGNALED,
+    sgList: [{ mr: good, offset: 0, length: 11 }],
+  });
+  conn.qp.postSend({
+    wrId: 2,
+    opcode: WrOpcode.SEND,
+    flags: SendFlags.SIGNALED,
+    sgList: [{ mr: bad, offset: 0, length: 8 }],
+  });
+  const sent = await cq.take(2);
+  t.deepEqual(
+    sent.map((w) => [w.wrId, w.status]),
+    [
+      [1, WcStatus.SUCCESS],
+      [2, WcStatus.LOC_PROT_ERR],
+    ],
+  );
+  const received = await s.cq.take(4);
+  t.deepEqual(
+    received.map((w) => [w.status, w.byteLen]),
+    [
+      [WcStatus.SUCCESS, 11],
+      [WcStatus.WR_FLUSH_ERR, 0],
+      [WcStatus.WR_FLUSH_ERR, 0],
+      [WcStatus.WR_FLUSH_ERR, 0],
+    ],
+  );
+  conn.destroy();
+  await s.close();
+});
+
+test('MSNs wrap modulo 2^32: the message after MSN 0xffffffff carries 0 and is accepted', async (t) => {
+  const s = await server({}, 2);
+  const dev = await createSoftProvider().openDevice();
+  const pd = dev.allocPd();
+  const cq = new CqWatcher(dev.createCq(16));
+  const events = new EventLog();
+  const conn = dev.connect({
+    host: '127.0.0.1',
+    port: s.port,
+    pd,
+    sendCq: cq.cq,
+    recvCq: cq.cq,
+    cap: { maxSendWr: 8, maxRecvWr: 8, maxSendSge: 1, maxRecvSge: 1 },
+    onEvent: events.handler,
+  });
+  await events.wait(CmEventType.ESTABLISHED);
+  // White box: both ends as if 2^32 - 2 Sends had gone already (the RTR is a Write, it takes no MSN).
+  type Msns = { txMsn: Uint32Array; rxMsn: Uint32Array };
+  (conn.qp as unknown as Msns).txMsn[0] = 0xffffffff;
+  ((s.conn() as Connection).qp as unknown as Msns).rxMsn[0] = 0xffffffff;
+  const mr = pd.registerMemory(Buffer.from('msg'), Access.LOCAL_WRITE);
+  for (const wrId of [1, 2]) {
+    conn.qp.postSend({
+      wrId,
+      opcode: WrOpcode.SEND,
+      flags: SendFlags.SIGNALED,
+      sgList: [{ mr, offset: 0, length: 3 }],
+    });
+  }
+  t.deepEqual(
+    (await cq.take(2)).map((w) => [w.wrId, w.status]),
+    [
+      [1, WcStatus.SUCCESS],
+      [2, WcStatus.SUCCESS],
+    ],
+  );
+  t.deepEqual(
+    (await s.cq.take(2)).map((w) => [w.status, w.byteLen]),
+    [
+      [WcStatus.SUCCESS, 3],
+      [WcStatus.SUCCESS, 3],
+    ],
+  );
+  t.is((conn.qp as unknown as Msns).txMsn[0], 1, 'after 0xffffffff and 0, the next is 1');
+  conn.destroy();
+  await s.close();
 });

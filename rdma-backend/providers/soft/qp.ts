@@ -129,6 +129,9 @@ class RqEntry extends SglEntry {}
 
 class ReadResponseJob {
   mr!: SoftMr;
+  /** The Data Source STag and high TO word the Read Request named (checked again when the response goes). */
+  srcStag = 0;
+  srcHi = 0;
   offset = 0;
   length = 0;
   sinkStag = 0;
@@ -149,10 +152,9 @@ const TWO32 = 0x100000000;
 
 let nextQpNum = 1;
 
-/**
- * Copies `n` bytes (an FPDU header or trailer: at most a few dozen) byte by byte: `Buffer.copy` from an
- * offset allocates a view per call (Node 20), which costs more than the loop at these sizes.
- */
+/** Written with a callback to learn when the socket has taken everything written before it. */
+const EMPTY_CHUNK = Buffer.alloc(0);
+
 /** Bytes of MPA length and DDP/RDMAP header an FPDU starts with, from its DDP control and RDMAP bytes. */
 function headerLengthOf(ctrl: number, rdmap: number): number {
   const op = rdmap & 0x0f;
@@ -162,6 +164,10 @@ function headerLengthOf(ctrl: number, rdmap: number): number {
   return UNTAGGED_HEADER;
 }
 
+/**
+ * Copies `n` bytes (an FPDU header or trailer: at most a few dozen) byte by byte: `Buffer.copy` from an
+ * offset allocates a view per call (Node 20), which costs more than the loop at these sizes.
+ */
 function copySmall(src: Buffer, from: number, n: number, dst: Buffer, to: number): void {
   for (let k = 0; k < n; k++) dst[to + k] = src[from + k];
 }
@@ -206,8 +212,12 @@ export class SoftQp implements QueuePair {
   private blocked = false;
   private canTransmit = false;
   private gotFirstFpdu = false;
-  private readonly txMsn = [1, 1, 1];
-  private readonly rxMsn = [1, 1, 1];
+  /**
+   * Next MSN to send and to expect, per untagged queue. RFC 5041 §5.1: the MSN starts at 1 and increases by
+   * one modulo 2^32 with each message: 32-bit elements wrap by themselves.
+   */
+  private readonly txMsn = Uint32Array.of(1, 1, 1);
+  private readonly rxMsn = Uint32Array.of(1, 1, 1);
   dead = false;
 
   // Receive parser state.
@@ -415,6 +425,18 @@ export class SoftQp implements QueuePair {
     // Read Responses first: they free the peer's ORD slots.
     while (this.irq.length > 0 && fr.bytes < budget) {
       const job = this.irq.shift() as ReadResponseJob;
+      // The source was checked when the Read Request arrived, but the response may have waited (socket
+      // not draining) while the region was invalidated: its bytes may now be someone else's.
+      const revoked =
+        job.length > 0
+          ? this.checkTagged(job.srcStag, job.srcHi, job.offset, job.length, Access.REMOTE_READ, true)
+          : undefined;
+      if (revoked !== undefined) {
+        this.irqFree.push(job);
+        this.flushFramer(); // what was built for earlier WRs still goes, ahead of the Terminate
+        this.fatal(revoked, true);
+        return;
+      }
       this.emitReadResponse(job);
       this.irqFree.push(job);
     }
@@ -424,6 +446,9 @@ export class SoftQp implements QueuePair {
       if (e.flags & SendFlags.FENCE && this.readsOutstanding > 0) break;
       const bad = this.checkLocal(e);
       if (bad !== 0) {
+        // The WRs before it were processed: their frames go out ahead of the Terminate, and they
+        // complete (hardware would have sent them before reaching the bad one).
+        this.completeFramed();
         this.sqTx++;
         e.state = ST_DONE;
         e.status = bad;
@@ -446,14 +471,17 @@ export class SoftQp implements QueuePair {
         case WrOpcode.LOCAL_INV: {
           const mr = this.stags.byIndex(e.invRkey);
           if (mr === undefined || mr.rkey !== e.invRkey || !mr.valid || mr.pd !== this.pd) {
+            this.completeFramed();
             this.sqTx++;
             e.state = ST_DONE;
             e.status = WcStatus.MW_BIND_ERR;
             this.fatal(Term.LOCAL_CATASTROPHIC, true);
             return;
           }
+          // No new access from now on; the WR completes (state SENT → DONE in `written`) only once the
+          // socket has taken every byte framed before it, Read Responses from this region included, so
+          // the caller cannot reuse the memory while a response still refers to it.
           mr.invalidate();
-          e.state = ST_DONE;
           break;
         }
       }
@@ -468,7 +496,12 @@ export class SoftQp implements QueuePair {
     const fr = this.framer as TxFramer;
     const socket = this.socket as Socket;
     if (fr.bytes === 0 && fr.chunks.length === 0) {
-      // Nothing went out, but WRs that needed no bytes (none today) would complete here.
+      // Nothing to send, but WRs that need no bytes (Local Invalidate) complete once the socket has taken
+      // what was written before them: an empty write's callback comes after the earlier ones.
+      if (this.sqFlushed < this.sqTx && this.batchEnds[this.batchEnds.length - 1] !== this.sqTx) {
+        this.batchEnds.push(this.sqTx);
+        socket.write(EMPTY_CHUNK, this.onWritten);
+      }
       return;
     }
     const chunks = fr.take();
@@ -479,6 +512,19 @@ export class SoftQp implements QueuePair {
     ok = socket.write(chunks[chunks.length - 1], this.onWritten);
     socket.uncork();
     if (!ok) this.blocked = true;
+  }
+
+  /**
+   * Before a local error ends the stream: the frames built for the WRs already processed go to the socket
+   * (ahead of the Terminate, which `socket.end()` sends after them) and those WRs complete successfully,
+   * as they would have on hardware.
+   */
+  private completeFramed(): void {
+    this.flushFramer();
+    for (let p = this.sqFlushed; p < this.sqTx; p++) {
+      const e = this.sq[p % this.sq.length];
+      if (e.state === ST_SENT && e.opcode !== WrOpcode.RDMA_READ) e.state = ST_DONE;
+    }
   }
 
   /** The socket took a batch: every Send/Write in it is complete. */
@@ -718,7 +764,7 @@ export class SoftQp implements QueuePair {
         if (this.hdrHave < this.hdrNeed) continue;
         if (!this.hdrKnown) {
           this.hdrKnown = true;
-          this.sizeHeader();
+          if (!this.sizeHeader()) return;
           if (this.hdrHave < this.hdrNeed) continue;
         }
         if (crcOn) this.rxCrc = crc32c(this.hdr, 0, this.hdrNeed, 0);
@@ -777,11 +823,21 @@ export class SoftQp implements QueuePair {
     return covered + MPA_CRC_SIZE;
   }
 
-  /** Knows the ULPDU length and the DDP/RDMAP control bytes: how long is the header? */
-  private sizeHeader(): void {
+  /**
+   * Knows the ULPDU length and the DDP/RDMAP control bytes: how long is the header? False (the stream is
+   * terminated) for a ULPDU shorter than the two control bytes already read with its length: the bytes
+   * after it are its pad and CRC, so the frame cannot be parsed on from here (RFC 5044 §4: the CRC sits
+   * at 2 + ULPDU_Length + pad). No DDP header is that short.
+   */
+  private sizeHeader(): boolean {
     this.ulpduLen = this.hdr.readUInt16BE(0);
+    if (this.ulpduLen < 2) {
+      this.fatal(Term.MPA_FPDU_START, true);
+      return false;
+    }
     // A ULPDU shorter than its header: take what it has; onHeader() reports it after the CRC check.
     this.hdrNeed = Math.min(headerLengthOf(this.hdr[2], this.hdr[3]), this.ulpduLen + 2);
+    return true;
   }
 
   private onHeader(): void {
@@ -835,8 +891,15 @@ export class SoftQp implements QueuePair {
           this.pendingError = Term.DDP_T_STAG_NOT_ASSOC;
           return;
         }
+        // RFC 5040 §4.4 / §4.6: the Read Response fills the Data Sink the Read Request named, from its
+        // tagged offset on, segment after segment, and ends with the Read's size: anything else would
+        // place bytes where this Read did not ask for them (Linux siw terminates the same way).
+        if (e.nsge > 0 && (toHi !== e.mrs[0].iovaHi || toLo !== e.offsets[0] + e.placed)) {
+          this.pendingError = Term.DDP_T_BASE_BOUNDS;
+          return;
+        }
         e.placed += len;
-        if (e.placed > e.total) {
+        if (e.placed > e.total || (this.rxLast && e.placed !== e.total)) {
           this.pendingError = Term.DDP_T_BASE_BOUNDS;
           return;
         }
@@ -1048,6 +1111,8 @@ export class SoftQp implements QueuePair {
         }
         const job = this.irqFree.pop() ?? new ReadResponseJob();
         job.mr = mr as SoftMr;
+        job.srcStag = srcStag;
+        job.srcHi = srcHi;
         job.offset = srcLo;
         job.length = size;
         job.sinkStag = h.readUInt32BE(p);
