@@ -5,6 +5,7 @@
 import {
   ERR_VERS,
   encodeHeader,
+  encodeVersError,
   RDMA_ERROR,
   RDMA2_CONNPROP,
   RDMA2_DONE,
@@ -34,17 +35,43 @@ export function sendControl(c: RpcRdmaConnection, h: RpcRdmaHeaderInput): boolea
  * counts a dropped message, when the connection is closed or no send slot is free.
  */
 export function sendHeader(c: RpcRdmaConnection, h: RpcRdmaHeaderInput, invalidateRkey = 0): boolean {
-  if (c.state === 'closed') return false;
-  const slot = c.sendSlab.acquire();
-  if (slot < 0) {
-    c.counters.droppedMessages++;
-    return false;
-  }
-  const buf = c.sendSlab.view(slot);
-  c.w.reset(buf, 0, buf.length);
+  const slot = headerSlot(c);
+  if (slot < 0) return false;
   encodeHeader(c.w, h);
   c.postSendSlot(slot, c.w.length, invalidateRkey ? WrOpcode.SEND_WITH_INV : WrOpcode.SEND, invalidateRkey);
   return true;
+}
+
+/** A send slot with `c.w` set over it, or -1 (counted as a dropped message) when none can be had. */
+function headerSlot(c: RpcRdmaConnection): number {
+  if (c.state === 'closed') return -1;
+  const slot = c.sendSlab.acquire();
+  if (slot < 0) {
+    c.counters.droppedMessages++;
+    return -1;
+  }
+  const buf = c.sendSlab.view(slot);
+  c.w.reset(buf, 0, buf.length);
+  return slot;
+}
+
+/**
+ * ERR_VERS for a message in a version we do not speak: seven words in the Version 1 layout with the
+ * peer's `rdma_vers` echoed and our range (seed 004 §5.3.3 copies `rdma_xid` and `rdma_vers`; the one
+ * layout every implementation parses; what the Linux server sends: docs/protocol.md, item 6).
+ */
+function sendVersError(c: RpcRdmaConnection, xid: number, theirVersion: number, low: number, high: number): void {
+  const slot = headerSlot(c);
+  if (slot < 0) return;
+  encodeVersError(c.w, xid, theirVersion, c.grant, low, high);
+  c.postSendSlot(slot, c.w.length, WrOpcode.SEND, 0);
+  countSent(c, 1, ERR_VERS);
+}
+
+function countSent(c: RpcRdmaConnection, version: number, code: number): void {
+  c.counters.errorsSent++;
+  const name = rpcRdmaErrorName(version, code);
+  c.errorsByCode.sent[name] = (c.errorsByCode.sent[name] ?? 0) + 1;
 }
 
 export function sendError(c: RpcRdmaConnection, xid: number, version: number, body: RpcRdmaErrorBody): void {
@@ -60,11 +87,7 @@ export function sendError(c: RpcRdmaConnection, xid: number, version: number, bo
           flags: RPCRDMA2_F_RESPONSE,
           error: body,
         });
-  if (sent) {
-    c.counters.errorsSent++;
-    const name = rpcRdmaErrorName(version, body.code);
-    c.errorsByCode.sent[name] = (c.errorsByCode.sent[name] ?? 0) + 1;
-  }
+  if (sent) countSent(c, version, body.code);
 }
 
 export function sendConnProp(c: RpcRdmaConnection, xid: number, flags: number, credit: number): void {
@@ -100,9 +123,7 @@ export function answerDecodeError(c: RpcRdmaConnection, e: RpcRdmaDecodeError): 
     return;
   }
   if (e.reply.code === ERR_VERS) {
-    // A version we do not speak: answer in the highest one we do (Version 1 form for a V1-only end,
-    // as RFC 8166 §5 prescribes and Linux does).
-    sendError(c, e.xid, c.opts.maxVersion === 1 || c.version === 1 ? 1 : 2, e.reply);
+    sendVersError(c, e.xid, e.version, e.reply.versLow ?? 1, e.reply.versHigh ?? c.opts.maxVersion);
     return;
   }
   sendError(c, e.xid, e.version === 1 ? 1 : 2, e.reply);

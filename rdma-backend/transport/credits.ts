@@ -44,6 +44,15 @@ export class CreditWindow {
     this.update(grant);
   }
 
+  /**
+   * A response whose credit word must not be read came back: an RDMA2_ERROR (seed 004 §5.3.3: "The
+   * receiver of this header type MUST ignore the value of the rdma_start.rdma_credits field"), or a
+   * header that did not decode. Its credit comes back; the grant stays what it was.
+   */
+  release(): void {
+    if (this.outstanding > 0) this.outstanding--;
+  }
+
   /** Records a grant carried by a message that answers no call (e.g. the peer's CONNPROP). */
   update(grant: number): void {
     this.grant = grant > 0 ? grant >>> 0 : 1;

@@ -29,7 +29,7 @@ import { WcStatus, type WorkCompletion, wcStatusName } from '../verbs/index.js';
 import type { RpcRdmaConnection } from './connection.js';
 import { answerDecodeError, nextControlXid, sendConnProp, sendError } from './control.js';
 import { KIND_INV, KIND_PULL, KIND_READ, KIND_RECV, KIND_SEND, KIND_SHIFT, peerVersions } from './options.js';
-import { onInvalidated, onPullDone, onReply, pump } from './requester.js';
+import { failUndecodableReply, onInvalidated, onPullDone, onReply, pump } from './requester.js';
 import { flushPendingReplies, onDone, onInboundCall, onReadDone } from './responder.js';
 
 export function onCompletions(c: RpcRdmaConnection): void {
@@ -101,7 +101,7 @@ export function dispatch(c: RpcRdmaConnection, buf: Buffer, end: number, wc: Wor
   try {
     h = c.decoder.decode(buf, 0, end);
   } catch (e) {
-    if (e instanceof RpcRdmaDecodeError) answerDecodeError(c, e);
+    if (e instanceof RpcRdmaDecodeError) onUndecodable(c, buf, end, e);
     else c.counters.droppedMessages++;
     return;
   }
@@ -204,6 +204,32 @@ export function dispatch(c: RpcRdmaConnection, buf: Buffer, end: number, wc: Wor
       sendError(c, (h as { xid: number }).xid, 2, { code: RDMA2_ERR_INVAL_HTYPE });
       return;
   }
+}
+
+/**
+ * A message whose transport header does not decode. A response (a reply to one of our calls, or an error
+ * message) is never answered with an error: "error messages never flow from requester to responder" (seed
+ * 004 §5.3.3), and an error answering an error could go on forever. If it names a call of ours in
+ * flight, that call fails; otherwise it is dropped. Anything else is a request, answered with the error
+ * the decoder chose.
+ */
+function onUndecodable(c: RpcRdmaConnection, buf: Buffer, end: number, e: RpcRdmaDecodeError): void {
+  if (e.xid !== undefined && isResponse(c, buf, end, e)) {
+    if (!failUndecodableReply(c, e.xid, e)) c.counters.droppedMessages++;
+    return;
+  }
+  answerDecodeError(c, e);
+}
+
+/** What an undecodable message's first words say about its direction. */
+function isResponse(c: RpcRdmaConnection, buf: Buffer, end: number, e: RpcRdmaDecodeError): boolean {
+  // RDMA_ERROR and RDMA2_ERROR share the value 4: both are answers.
+  if ((e.version === 1 || e.version === 2) && e.htype === RDMA_ERROR) return true;
+  // Version 2 says it outright (seed 004 §3.2), in the word after rdma_htype.
+  if (e.version === 2 && end >= 20) return (buf.readUInt32BE(16) & RPCRDMA2_F_RESPONSE) !== 0;
+  // Version 1 has no direction flag, and a version we do not know has no known layout: only the XID can
+  // tell. A call of ours in flight with that XID is what it answers.
+  return c.inflight.get(e.xid as number) !== undefined;
 }
 
 export function onNegotiationAnswer(c: RpcRdmaConnection, h: RpcRdmaHeader): void {

@@ -22,6 +22,7 @@ import {
   RDMA2_MSG,
   RDMA2_NOMSG,
   type RdmaSegment,
+  type RpcRdmaDecodeError,
   type RpcRdmaErrorBody,
   type RpcRdmaHeader,
   rpcRdmaErrorName,
@@ -273,7 +274,8 @@ export function onReply(
   c.inflight.delete(h.xid);
   const st = c.states[idx];
   st.inFlight = false;
-  c.credits.complete(h.credit);
+  if (h.version === 2 && h.htype === RDMA2_ERROR) c.credits.release();
+  else c.credits.complete(h.credit);
   if (wc.wcFlags & WcFlags.WITH_INV) {
     for (const r of st.regs) {
       if (r.mr.rkey === wc.invalidatedRkey) {
@@ -307,6 +309,28 @@ export function onReply(
     }
   }
   invalidateThenComplete(c, st);
+}
+
+/**
+ * The reply to call `xid` arrived with a transport header that does not decode. The call fails
+ * (`ERR_TRANSPORT_BAD_REPLY`, naming the field) once its regions are invalidated, and its credit comes
+ * back without the header's credit word being believed. Returns false when `xid` names no call in flight.
+ */
+export function failUndecodableReply(c: RpcRdmaConnection, xid: number, e: RpcRdmaDecodeError): boolean {
+  const idx = c.inflight.get(xid);
+  if (idx === undefined) return false;
+  c.inflight.delete(xid);
+  const st = c.states[idx];
+  st.inFlight = false;
+  c.credits.release();
+  st.error = new TransportError(
+    'ERR_TRANSPORT_BAD_REPLY',
+    `the reply's transport header does not decode: ${e.message}`,
+    false,
+    { xid, field: e.field, offset: e.offset },
+  );
+  invalidateThenComplete(c, st);
+  return true;
 }
 
 /** Whether the peer invalidated every region of the call (or it exposed none). */

@@ -270,9 +270,19 @@ test.serial(
       const check = () => {
         for (; checked < peer.received.length; checked++) {
           let h: RpcRdmaHeader;
+          const m = peer.received[checked];
           try {
-            h = decodeHeader(peer.received[checked]);
+            h = decodeHeader(m);
           } catch (err) {
+            // ERR_VERS for a version nobody speaks: Version 1 layout with the rogue's rdma_vers echoed
+            // (docs/protocol.md item 6), which no decoder reads as that version.
+            const echoed = m.length === 28 && m.readUInt32BE(12) === 4 && m.readUInt32BE(16) === 1;
+            if (echoed && (m.readUInt32BE(4) < 1 || m.readUInt32BE(4) > 2)) {
+              errorsSeen['vers-echoed:1'] = (errorsSeen['vers-echoed:1'] ?? 0) + 1;
+              if (!sentXids.has(m.readUInt32BE(0)))
+                strayErrors.push(JSON.stringify({ xid: m.readUInt32BE(0), code: 1 }));
+              continue;
+            }
             undecodable.push(`${err instanceof RpcRdmaDecodeError ? err.code : String(err)}`);
             continue;
           }

@@ -52,10 +52,12 @@ test('malformed and unknown headers get the right RDMA2_ERROR; the connection ke
     // DONE for an XID with no responder-provided Read chunk: dropped silently (seed 002 §4.1.3).
     peer.send(words(3, 2, 8, 3, 0));
     expectError(await ask(words(4, 2, 8, 0, 0, 0, 1, 5)), 4, 2); // read list cut short → BAD_XDR
-    const vers = await ask(words(5, 7, 8, 0, 0));
-    t.like(vers, { xid: 5 });
-    t.is((vers as { error: { code: number } }).error.code, 1);
-    t.like((vers as { error: object }).error, { versLow: 1, versHigh: 2 });
+    // An unknown version: ERR_VERS in the Version 1 layout, 7 echoed (read as words: no decoder speaks 7).
+    const vers = await peer.ask(words(5, 7, 8, 0, 0));
+    t.deepEqual(
+      [0, 1, 3, 4, 5, 6].map((i) => vers.readUInt32BE(4 * i)),
+      [5, 7, 4, 1, 1, 2],
+    );
     // F_RESPONSE clear but the RPC message is a REPLY: seed 004 §3.2 violation → BAD_XDR.
     expectError(
       await ask(
@@ -200,5 +202,99 @@ test('client end: a reply for an unknown XID is dropped; a reply claiming more t
     client.close();
     peer.close();
     await rogue.close();
+  }
+});
+
+/** Our client end connected to a rogue server; `maxVersion` 1 skips the Version 2 negotiation. */
+async function clientToRogue(tag: string, maxVersion: 1 | 2) {
+  const rogue = await RoguePeer.listen(pd());
+  const collector = new Collector();
+  const client = await RpcRdmaConnection.connect({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port: rogue.port,
+    options: { maxVersion, peerKey: `rogue-${tag}-${process.pid}` },
+    requester: collector,
+  });
+  const peer = await rogue.peer;
+  const close = async () => {
+    client.close();
+    peer.close();
+    await rogue.close();
+  };
+  return { rogue, collector, client, peer, close };
+}
+
+test('client end: a reply that does not decode fails its call, is never answered with an error, and frees the credit', async (t) => {
+  const malformed: [string, 1 | 2, (xid: number) => Buffer][] = [
+    ['Version 1 RDMA_ERROR with an rdma_err of 3', 1, (xid) => words(xid, 1, 4, 4, 3)],
+    ['Version 1 RDMA_MSG reply with its write list cut short', 1, (xid) => words(xid, 1, 4, 0, 0, 1, 1)],
+    [
+      'Version 2 RDMA2_MSG reply (F_RESPONSE) with its read list cut short',
+      2,
+      (xid) => words(xid, 2, 4, 0, 1, 0, 1, 5),
+    ],
+  ];
+  for (const [name, version, reply] of malformed) {
+    const s = await clientToRogue(`bad-reply-${version}`, version);
+    try {
+      let sentSoFar = 0;
+      if (version === 2) {
+        // Our CONNPROP first, answered so that the connection is ready with a grant of 1.
+        const cp = decodeHeader(await s.peer.message(0));
+        s.peer.send(headerBytes({ version: 2, htype: 5, xid: cp.xid, credit: 1, flags: 1, props: [] }));
+        sentSoFar = 1;
+      }
+      s.client.submit(TestCall.echo(11, Buffer.alloc(100, 1)));
+      const h = decodeHeader(await s.peer.message(sentSoFar));
+      t.is(h.xid, 11);
+      s.peer.send(reply(11));
+      const [o] = await s.collector.wait(1);
+      t.is(o.error?.code, 'ERR_TRANSPORT_BAD_REPLY', name);
+      t.is(s.client.snapshot().registrations.inUse, 0, `${name}: its Write chunk was given back`);
+      // With a grant of 1 the next call goes only if the bad reply gave its credit back.
+      s.client.submit(TestCall.echo(12, Buffer.from('x'), false));
+      const next = decodeHeader(await s.peer.message(sentSoFar + 1));
+      t.is(next.xid, 12, `${name}: the next call went, nothing came before it`);
+      t.is(s.client.snapshot().counters.errorsSent, 0, `${name}: no error sent to the responder`);
+    } finally {
+      await s.close();
+    }
+  }
+});
+
+test('client end: an RDMA2_ERROR answers its call but its credit word is not a grant', async (t) => {
+  const s = await clientToRogue('v2-error-credit', 2);
+  try {
+    const cp = decodeHeader(await s.peer.message(0));
+    s.peer.send(headerBytes({ version: 2, htype: 5, xid: cp.xid, credit: 32, flags: 1, props: [] }));
+    await s.peer.until(() => s.client.state === 'ready', 'ready');
+    s.client.submit(TestCall.echo(21, Buffer.from('a'), false));
+    const h = decodeHeader(await s.peer.message(1));
+    // RDMA2_ERR_SYSTEM with a credit word of 0: seed 004 §5.3.3, the receiver MUST ignore it.
+    s.peer.send(headerBytes({ version: 2, htype: 4, xid: h.xid, credit: 0, flags: 1, error: { code: 9 } }));
+    const [o] = await s.collector.wait(1);
+    t.is(o.error?.code, 'ERR_TRANSPORT_PEER_SYSTEM');
+    t.is(s.client.snapshot().credits.granted, 32);
+    for (let i = 0; i < 4; i++) s.client.submit(TestCall.echo(30 + i, Buffer.from('b'), false));
+    await s.peer.message(5); // all four go without waiting for a reply
+    t.is(s.peer.received.length, 6);
+  } finally {
+    await s.close();
+  }
+});
+
+test('an unsupported rdma_vers gets ERR_VERS in the Version 1 layout with that version echoed', async (t) => {
+  const s = await echoServer();
+  const peer = await RoguePeer.connect(s.listener.port, pd());
+  try {
+    const answer = await peer.ask(words(77, 3, 8, 0, 0));
+    // xid, rdma_vers echoed, credit, RDMA_ERROR, ERR_VERS, low, high (docs/protocol.md item 6)
+    t.is(answer.length, 28);
+    const w = [0, 1, 3, 4, 5, 6].map((i) => answer.readUInt32BE(4 * i));
+    t.deepEqual(w, [77, 3, 4, 1, 1, 2]);
+  } finally {
+    peer.close();
+    await s.close();
   }
 });
