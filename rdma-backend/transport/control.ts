@@ -112,8 +112,10 @@ export function sendDone(c: RpcRdmaConnection, xid: number, rkey: number): void 
   if (sendHeader(c, h, rkey)) c.counters.donesSent++;
 }
 
+/** An XID for a message that carries no RPC: never one a call of ours has in flight. */
 export function nextControlXid(c: RpcRdmaConnection): number {
-  c.controlXid = (c.controlXid + 1) >>> 0;
+  do c.controlXid = (c.controlXid + 1) >>> 0;
+  while (c.inflight.has(c.controlXid));
   return c.controlXid;
 }
 

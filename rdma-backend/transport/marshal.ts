@@ -240,7 +240,7 @@ export function copyOf(bytes: Buffer, allocate: (size: number) => Buffer): Buffe
  * TransportError (the responder answers it with BAD_XDR / ERR_CHUNK).
  */
 export function checkInsertPosition(index: number, at: number, prev: number, inlineLength: number): void {
-  if (!Number.isInteger(at) || at < prev || at > inlineLength || at % 4 !== 0) {
+  if (!insertPositionOk(at, prev, inlineLength)) {
     throw new TransportError(
       'ERR_TRANSPORT_CHUNK_POSITION',
       `chunk ${index} position ${at} is not in the message`,
@@ -248,6 +248,35 @@ export function checkInsertPosition(index: number, at: number, prev: number, inl
       { index, at, inlineLength },
     );
   }
+}
+
+function insertPositionOk(at: number, prev: number, inlineLength: number): boolean {
+  return Number.isInteger(at) && at >= prev && at <= inlineLength && at % 4 === 0;
+}
+
+/**
+ * Whether every Read chunk of a call goes back into the bytes it was taken from — the inline bytes of an
+ * MSG call, the Position-Zero chunk's data of a NOMSG call — by the rules `checkInsertPosition` applies
+ * at reassembly. Checked before anything is pulled: a responder refuses a call it cannot parse "without
+ * processing it in any way except to send an error message" (seed 004 §5.3.3, RDMA2_ERR_BAD_XDR).
+ */
+export function readChunkPositionsFit(
+  positions: readonly number[],
+  lengths: readonly number[],
+  nomsg: boolean,
+  inlineLength: number,
+): boolean {
+  const first = nomsg ? 1 : 0;
+  const base = nomsg ? lengths[0] : inlineLength;
+  let removed = 0;
+  let prev = 0;
+  for (let i = first; i < positions.length; i++) {
+    const at = positions[i] - removed;
+    if (!insertPositionOk(at, prev, base)) return false;
+    prev = at;
+    removed += itemSpan(lengths[i]);
+  }
+  return true;
 }
 
 /**

@@ -258,8 +258,11 @@ export function onReply(
   end: number,
   wc: WorkCompletion,
 ): void {
-  if (c.props.owns(h.xid)) {
-    if (h.version === 2 && h.htype === RDMA2_ERROR) c.props.onError(h.xid, h.error.code);
+  // Only an error can answer a property request (RESPPROP has its own path); a reply with an RPC message
+  // is always a call's, even when a call and a request share an XID (an RPCSEC_GSS call keeps its
+  // client's XID, so the two number spaces cannot be kept apart).
+  if (h.version === 2 && h.htype === RDMA2_ERROR && c.props.owns(h.xid) && !c.inflight.has(h.xid)) {
+    c.props.onError(h.xid, h.error.code);
     return;
   }
   const idx = c.inflight.get(h.xid);

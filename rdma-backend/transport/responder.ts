@@ -36,6 +36,7 @@ import {
   mergeHandle,
   planReply,
   type ReadChunks,
+  readChunkPositionsFit,
   reassemble,
   scatter,
 } from './marshal.js';
@@ -108,6 +109,11 @@ export function onInboundCall(
       sendError(c, xid, version, { code: errorFor(version, RDMA2_ERR_SYSTEM) });
       return;
     }
+  }
+  if (positions.length > 0 && !readChunkPositionsFit(positions, lengths, nomsg, end - payloadOffset)) {
+    // Refused before a single RDMA Read: a bogus position must not cost us the peer's chunk data first.
+    sendError(c, xid, version, { code: errorFor(version, RDMA2_ERR_BAD_XDR) });
+    return;
   }
   let inline = EMPTY;
   let placed: Buffer | null = null;

@@ -7,11 +7,13 @@ import test from 'ava';
 import { decodeHeader, type RpcRdmaHeader } from '../../rdma-backend/protocol/index.js';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
 import { type InboundCall, RpcRdmaConnection } from '../../rdma-backend/transport/index.js';
+import { Access } from '../../rdma-backend/verbs/index.js';
 import { plainPrivateData, RoguePeer } from '../helpers/rogue-peer.js';
 import {
   Collector,
   echoServer,
   encodeCall,
+  encodeReply,
   headerBytes,
   PROC_ECHO,
   replyData,
@@ -295,6 +297,69 @@ test('an unsupported rdma_vers gets ERR_VERS in the Version 1 layout with that v
     t.deepEqual(w, [77, 3, 4, 1, 1, 2]);
   } finally {
     peer.close();
+    await s.close();
+  }
+});
+
+test('a call whose Read chunk positions cannot be right is refused before a single RDMA Read', async (t) => {
+  const s = await echoServer();
+  const peer = await RoguePeer.connect(s.listener.port, pd());
+  try {
+    await peer.ask(headerBytes({ version: 2, htype: 5, xid: 1, credit: 8, props: [] }));
+    const src = peer.pd.registerMemory(Buffer.alloc(64 * 1024, 0x41), Access.REMOTE_READ);
+    const reduced = encodeCall(7, PROC_ECHO, Buffer.alloc(0));
+    const segment = { handle: src.rkey, length: 4 * 1024, offset: src.iova };
+    // Two 4 KiB chunks (below the placement minimum: the path that used to pull first), the second placed
+    // beyond the 44-byte message, then unaligned, then before the first.
+    const bogus = [0x10000, 46, 0];
+    for (let i = 0; i < bogus.length; i++) {
+      const xid = 10 + i;
+      const reads = [
+        { position: 40, ...segment },
+        { position: bogus[i], ...segment },
+      ];
+      const before = s.conns[0].snapshot().counters.rdmaReads;
+      const answer = decodeHeader(
+        await peer.ask(headerBytes({ version: 2, htype: 0, xid, credit: 8, chunks: { reads } }, reduced)),
+      );
+      t.like(
+        answer,
+        { version: 2, htype: 4, xid, error: { code: 2 } },
+        `position ${bogus[i]}: RDMA2_ERR_BAD_XDR`,
+      );
+      t.is(s.conns[0].snapshot().counters.rdmaReads, before, `position ${bogus[i]}: no RDMA Read issued`);
+    }
+    t.is(s.conns[0].snapshot().registrations.inUse, 0);
+  } finally {
+    peer.close();
+    await s.close();
+  }
+});
+
+test("client end: a reply is its call's even when the call shares its XID with a property request in progress", async (t) => {
+  const s = await clientToRogue('control-xid', 2);
+  try {
+    const cp = decodeHeader(await s.peer.message(0));
+    s.peer.send(headerBytes({ version: 2, htype: 5, xid: cp.xid, credit: 32, flags: 1, props: [] }));
+    await s.peer.until(() => s.client.state === 'ready', 'ready');
+    const asked = s.client.requestProperties([{ id: 1, value: 2048 }]).catch((e: unknown) => e);
+    const rq = decodeHeader(await s.peer.message(1));
+    t.is(rq.version === 2 ? rq.htype : -1, 6, 'REQPROP');
+    // A call that carries the same XID (as an RPCSEC_GSS call keeping its client's XID can), answered first.
+    s.client.submit(TestCall.echo(rq.xid, Buffer.from('hello'), false));
+    const ch = decodeHeader(await s.peer.message(2));
+    s.peer.send(
+      headerBytes(
+        { version: 2, htype: 0, xid: ch.xid, credit: 32, flags: 1, chunks: {} },
+        encodeReply(ch.xid, Buffer.from('hello')),
+      ),
+    );
+    const [o] = await s.collector.wait(1);
+    t.is(o.error, undefined);
+    t.is(s.client.snapshot().credits.outstanding, 0);
+    s.client.close();
+    await asked;
+  } finally {
     await s.close();
   }
 });
