@@ -263,7 +263,15 @@ export interface UpstreamCounters {
 /** Program routing: where the dispatcher sent each call, the TCP passthrough, the portmapper. */
 export interface RoutingCounters {
   /** Calls by route kind; `unavailable`: PROG_UNAVAIL, `versionMismatch`: PROG_MISMATCH from the gateway. */
-  calls: { rdma: number; tcp: number; local: number; unavailable: number; versionMismatch: number };
+  calls: {
+    rdma: number;
+    tcp: number;
+    local: number;
+    unavailable: number;
+    versionMismatch: number;
+    /** Answered RPC_MISMATCH by the gateway (RPC version not 2). */
+    rpcMismatch: number;
+  };
   /** Replies from clients (NFSv4.1 backchannel) handed to the RDMA route. */
   backchannelReplies: number;
   /** Calls by program name (`nfs`, `mountd`, or the number), whatever the route. */

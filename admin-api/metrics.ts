@@ -487,13 +487,14 @@ function renderRouting(w: ExpositionWriter, r: RoutingCounters): void {
   w.family(
     `${P}dispatch_calls_total`,
     'counter',
-    'Calls by the route the dispatcher chose; unavailable and version_mismatch were answered by the gateway.',
+    'Calls by the route the dispatcher chose; unavailable, version_mismatch and rpc_mismatch were answered by the gateway.',
     [
       [{ route: 'rdma' }, r.calls.rdma],
       [{ route: 'tcp' }, r.calls.tcp],
       [{ route: 'local' }, r.calls.local],
       [{ route: 'unavailable' }, r.calls.unavailable],
       [{ route: 'version_mismatch' }, r.calls.versionMismatch],
+      [{ route: 'rpc_mismatch' }, r.calls.rpcMismatch],
     ],
   );
   w.family(

@@ -236,6 +236,7 @@ export const Stats = Type.Object({
           local: Int(),
           unavailable: Int('answered PROG_UNAVAIL by the gateway'),
           versionMismatch: Int('answered PROG_MISMATCH by the gateway'),
+          rpcMismatch: Int('answered RPC_MISMATCH by the gateway (RPC version not 2)'),
         }),
         backchannelReplies: Int(),
         byProgram: Counts('calls by program name, whatever the route'),

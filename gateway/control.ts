@@ -340,6 +340,7 @@ export class GatewayControlAdapter implements GatewayControl {
         local: d.local,
         unavailable: d.unavailable,
         versionMismatch: d.versionMismatch,
+        rpcMismatch: d.rpcMismatch,
       },
       backchannelReplies: d.backchannelReplies,
       byProgram: d.byProgram,

@@ -18,8 +18,8 @@
 import type { Logger } from 'pino';
 import { pino } from 'pino';
 import { ConfigError, UsageError } from '../common/errors.js';
-import { AcceptStat, MsgType } from '../rpc/constants.js';
-import { encodeAcceptedReply } from '../rpc/message.js';
+import { AcceptStat, MsgType, RejectStat, RPC_VERSION } from '../rpc/constants.js';
+import { encodeAcceptedReply, encodeDeniedReply } from '../rpc/message.js';
 import { XdrWriter } from '../rpc/xdr.js';
 import { formatHostPort, type HostPort, parseHostPort } from '../tcp-frontend/address.js';
 import type {
@@ -208,6 +208,8 @@ export interface DispatchStats {
   unavailable: number;
   /** Calls for a version of a routed program that no route serves: PROG_MISMATCH from the gateway. */
   versionMismatch: number;
+  /** Calls the gateway answered itself whose RPC version is not 2: RPC_MISMATCH (RFC 5531 §9). */
+  rpcMismatch: number;
   /** Replies from clients (backchannel) handed to the RDMA route. */
   backchannelReplies: number;
   /**
@@ -240,6 +242,8 @@ export interface DispatcherOptions {
 const PROG_UNAVAIL_SIZE = 24;
 /** PROG_MISMATCH adds mismatch_info {low, high}. */
 const PROG_MISMATCH_SIZE = PROG_UNAVAIL_SIZE + 8;
+/** xid, REPLY, MSG_DENIED, RPC_MISMATCH, low, high. */
+const RPC_MISMATCH_SIZE = 24;
 
 export class Dispatcher implements FrontendHandler {
   readonly stats: DispatchStats = {
@@ -248,6 +252,7 @@ export class Dispatcher implements FrontendHandler {
     local: 0,
     unavailable: 0,
     versionMismatch: 0,
+    rpcMismatch: 0,
     backchannelReplies: 0,
     byProgram: {},
   };
@@ -313,6 +318,12 @@ export class Dispatcher implements FrontendHandler {
       this.perProgram.set(program, (this.perProgram.get(program) ?? 0) + 1);
     } else this.otherPrograms++;
     if (route === undefined) {
+      // RFC 5531 §9: a call of another RPC version is refused as such before its program is looked at
+      // (a routed call's server does the same).
+      if (record.readUInt32BE(8) !== RPC_VERSION) {
+        this.rpcMismatch(conn, record);
+        return;
+      }
       const range = allowed && !allowed.has(program) ? undefined : this.table.versionRange(program);
       if (range === undefined) this.progUnavail(conn, record, program, version);
       else this.progMismatch(conn, record, program, version, range);
@@ -350,6 +361,20 @@ export class Dispatcher implements FrontendHandler {
     conn.log.debug({ program, version, localPort: conn.localPort }, 'no route for the program: PROG_UNAVAIL');
     const w = this.writer.reset(Buffer.allocUnsafe(PROG_UNAVAIL_SIZE), 0);
     encodeAcceptedReply(w, { xid: record.readUInt32BE(0), acceptStat: AcceptStat.PROG_UNAVAIL });
+    conn.sendReply([w.view()]);
+  }
+
+  /** RFC 5531 §9: MSG_DENIED, RPC_MISMATCH: "RPC version number != 2", with the one version spoken. */
+  private rpcMismatch(conn: FrontendConnection, record: Buffer): void {
+    this.stats.rpcMismatch++;
+    const rpcvers = record.readUInt32BE(8);
+    conn.log.debug({ rpcvers }, 'RPC version is not 2: RPC_MISMATCH');
+    const w = this.writer.reset(Buffer.allocUnsafe(RPC_MISMATCH_SIZE), 0);
+    encodeDeniedReply(w, {
+      xid: record.readUInt32BE(0),
+      rejectStat: RejectStat.RPC_MISMATCH,
+      mismatch: { low: RPC_VERSION, high: RPC_VERSION },
+    });
     conn.sendReply([w.view()]);
   }
 
