@@ -14,7 +14,8 @@
  * it falls back to Version 1 and remembers that per peer (`peerVersions`). A server answers in the version
  * the client used. Unknown properties are ignored (seed 004 §5.3.4).
  *
- * Receives: every end posts `credits + backwardCredits + CONTROL_RESERVE` Receives and reposts each one
+ * Receives: every end posts `credits + backwardCredits + CONTROL_RESERVE` Receives (a Version 2 server
+ * `credits` more, for the DONEs of replies in responder-provided Read chunks) and reposts each one
  * as soon as its message is copied out, so that with conforming peers no Send ever finds no Receive
  * (RFC 8166 §3.3.1): the requester keeps at most min(grant, its own maximum) calls outstanding and the
  * responder never grants more than it posted.
@@ -509,7 +510,14 @@ export class RpcRdmaConnection {
   }
 
   get recvCount(): number {
-    return this.opts.credits + this.opts.backwardCredits + CONTROL_RESERVE;
+    // A requester sends an RDMA2_DONE for every reply it pulls from a responder-provided Read chunk (seed
+    // 002 §4.1.3), on top of its calls and with no credit of its own (§5.2.3: "There is no response to
+    // RDMA_DONE, so it is not clear to the sender when that credit becomes available again"). An end that
+    // may send such replies keeps one more Receive per call it can have in progress, so that a full
+    // window of them followed by a DONE and a new call each never finds the Receives exhausted.
+    const dones =
+      this.role === 'server' && this.opts.maxVersion === 2 && this.opts.extensions ? this.opts.credits : 0;
+    return this.opts.credits + this.opts.backwardCredits + CONTROL_RESERVE + dones;
   }
 
   qpCap(device: Device) {

@@ -60,7 +60,13 @@ function headerSlot(c: RpcRdmaConnection): number {
  * peer's `rdma_vers` echoed and our range (seed 004 §5.3.3 copies `rdma_xid` and `rdma_vers`; the one
  * layout every implementation parses; what the Linux server sends: docs/protocol.md, item 6).
  */
-function sendVersError(c: RpcRdmaConnection, xid: number, theirVersion: number, low: number, high: number): void {
+function sendVersError(
+  c: RpcRdmaConnection,
+  xid: number,
+  theirVersion: number,
+  low: number,
+  high: number,
+): void {
   const slot = headerSlot(c);
   if (slot < 0) return;
   encodeVersError(c.w, xid, theirVersion, c.grant, low, high);

@@ -103,3 +103,42 @@ test('rogue requester: pulls the reply, sends DONE, and the exposed rkey is dead
     await s.close();
   }
 });
+
+test('a full window of replies in responder-provided Read chunks, each followed by a DONE and a new call, never exhausts the Receives', async (t) => {
+  const N = 32;
+  const lb = await loopback({ client: { credits: N }, server: {} });
+  lb.responder.ddpResults = false;
+  try {
+    lb.client.submit(TestCall.echo(1, Buffer.from('v2 first'), false));
+    await lb.collector.wait(1);
+    let xid = 100;
+    const last = 100 + 6 * N;
+    const next = () => {
+      const c = TestCall.echo(++xid, pattern(6000, 2), false);
+      c.maxReplySize = 1000; // no Reply chunk offered: every reply comes in a responder-provided Read chunk
+      return c;
+    };
+    // Keep the window full: a new call for every reply, as a gateway with a deep queue does.
+    const onReply = lb.collector.onReply.bind(lb.collector);
+    lb.collector.onReply = (call, reply) => {
+      if (xid < last) lb.client.submit(next());
+      onReply(call, reply);
+    };
+    // The responder holds the first window, then answers it at once: N replies pulled, then N DONEs and N
+    // calls in flight together (seed 002 §5.2.3: DONE has no credit of its own).
+    lb.responder.hold = true;
+    for (let i = 0; i < N; i++) lb.client.submit(next());
+    await new Promise((r) => setTimeout(r, 200));
+    lb.responder.hold = false;
+    for (const c of lb.responder.held.splice(0)) lb.responder.answer(c);
+    const outs = await lb.collector.wait(1 + (last - 100), 20_000);
+    t.true(
+      outs.every((o) => !o.error),
+      outs.find((o) => o.error)?.error?.message,
+    );
+    t.is(lb.server.state, 'ready', `the server end stayed up (${lb.server.closeReason ?? ''})`);
+    t.true(lb.client.snapshot().counters.donesSent >= 6 * N - 1);
+  } finally {
+    await lb.close();
+  }
+});
