@@ -604,9 +604,30 @@ export class RpcRdmaConnection {
     this.sendLimit = Math.min(RPCRDMA_V1_DEFAULT_INLINE, this.opts.sendSize);
     this.negotiationXid = nextControlXid(this);
     sendConnProp(this, this.negotiationXid, 0, this.credits.max);
+    // Seed 004 §7.2: "A client can assume the same situation [no Version 2 support] if the initial
+    // negotiation message is lost or dropped."
+    this.negotiationTimer = setTimeout(this.negotiationTimedOut, this.opts.negotiationTimeoutMs);
+    this.negotiationTimer.unref();
   }
 
+  private negotiationTimer: NodeJS.Timeout | null = null;
+
+  private readonly negotiationTimedOut = (): void => {
+    this.negotiationTimer = null;
+    if (this.state !== 'negotiating') return;
+    peerVersions.set(this.peerKey, 1);
+    this.log.warn(
+      { peer: this.peerKey, connection: this.id, timeoutMs: this.opts.negotiationTimeoutMs },
+      'no answer to the Version 2 CONNPROP: closing; the next connection to this peer speaks Version 1',
+    );
+    this.close(`no answer to CONNPROP within ${this.opts.negotiationTimeoutMs} ms (taken for a Version 1 peer)`);
+  };
+
   useVersion(v: 1 | 2): void {
+    if (this.negotiationTimer !== null) {
+      clearTimeout(this.negotiationTimer);
+      this.negotiationTimer = null;
+    }
     this.version = v;
     this.state = 'ready';
     if (v === 1) {
@@ -836,6 +857,10 @@ export class RpcRdmaConnection {
   teardown(reason: string): void {
     if (this.state === 'closed') return;
     this.state = 'closed';
+    if (this.negotiationTimer !== null) {
+      clearTimeout(this.negotiationTimer);
+      this.negotiationTimer = null;
+    }
     this.closeReason ||= reason;
     const err = connectionLost(this.closeReason, { peer: this.peerKey, connection: this.id });
     // In-flight calls first (oldest first in XID map order), then the queue: each reported exactly once.

@@ -69,6 +69,12 @@ export interface TransportOptions {
   ird?: number;
   ord?: number;
   /**
+   * How long a client waits for the answer to its Version 2 CONNPROP. Without one the server is taken
+   * for a Version 1 one that dropped it (seed 004 §7.2): the connection closes (its calls go again) and
+   * the next one to that peer speaks Version 1. Default 5000 ms.
+   */
+  negotiationTimeoutMs?: number;
+  /**
    * Where the transport reports what it cannot hand to anyone else (a user handler that threw). A pino
    * logger fits; the default writes nothing but the `handlerErrors` counter still counts.
    */
@@ -95,6 +101,7 @@ export function resolve(o: TransportOptions): Resolved {
     maxSegmentsPerChunk: o.maxSegmentsPerChunk ?? 64,
     acceptRemoteInvalidate: o.acceptRemoteInvalidate ?? true,
     useRemoteInvalidate: o.useRemoteInvalidate ?? true,
+    negotiationTimeoutMs: o.negotiationTimeoutMs ?? 5000,
     ird: o.ird,
     ord: o.ord,
   };

@@ -6,7 +6,11 @@
 import test from 'ava';
 import { decodeHeader, type RpcRdmaHeader } from '../../rdma-backend/protocol/index.js';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
-import { type InboundCall, RpcRdmaConnection } from '../../rdma-backend/transport/index.js';
+import {
+  type InboundCall,
+  RpcRdmaConnection,
+  type TransportOptions,
+} from '../../rdma-backend/transport/index.js';
 import { Access } from '../../rdma-backend/verbs/index.js';
 import { plainPrivateData, RoguePeer } from '../helpers/rogue-peer.js';
 import {
@@ -208,14 +212,14 @@ test('client end: a reply for an unknown XID is dropped; a reply claiming more t
 });
 
 /** Our client end connected to a rogue server; `maxVersion` 1 skips the Version 2 negotiation. */
-async function clientToRogue(tag: string, maxVersion: 1 | 2) {
+async function clientToRogue(tag: string, maxVersion: 1 | 2, options: TransportOptions = {}) {
   const rogue = await RoguePeer.listen(pd());
   const collector = new Collector();
   const client = await RpcRdmaConnection.connect({
     device: await createSoftProvider().openDevice(),
     host: '127.0.0.1',
     port: rogue.port,
-    options: { maxVersion, peerKey: `rogue-${tag}-${process.pid}` },
+    options: { maxVersion, peerKey: `rogue-${tag}-${process.pid}`, ...options },
     requester: collector,
   });
   const peer = await rogue.peer;
@@ -361,5 +365,31 @@ test("client end: a reply is its call's even when the call shares its XID with a
     await asked;
   } finally {
     await s.close();
+  }
+});
+
+test('client end: a server that never answers the Version 2 CONNPROP is taken for a Version 1 one', async (t) => {
+  const key = `rogue-silent-${process.pid}`;
+  const s = await clientToRogue('silent', 2, { negotiationTimeoutMs: 200, peerKey: key });
+  try {
+    const cp = decodeHeader(await s.peer.message(0));
+    t.like(cp, { version: 2, htype: 5 }, 'CONNPROP sent');
+    s.client.submit(TestCall.echo(5, Buffer.from('waits'), false));
+    // Seed 004 §7.2: no answer is taken as no Version 2; the connection closes and its call goes again.
+    const [o] = await s.collector.wait(1, 3000);
+    t.is(o.error?.code, 'ERR_TRANSPORT_CONNECTION_LOST');
+    t.true(o.error?.retransmit);
+    t.regex(s.client.closeReason ?? '', /no answer to CONNPROP/);
+  } finally {
+    await s.close();
+  }
+  // The next connection to that peer speaks Version 1 from its first message.
+  const again = await clientToRogue('silent-again', 2, { negotiationTimeoutMs: 200, peerKey: key });
+  try {
+    again.client.submit(TestCall.echo(6, Buffer.from('v1'), false));
+    const first = decodeHeader(await again.peer.message(0));
+    t.like(first, { version: 1, proc: 0, xid: 6 });
+  } finally {
+    await again.close();
   }
 });
