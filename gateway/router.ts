@@ -355,6 +355,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     this.stats.malformed++;
     conn.log.warn({ code: 'ERR_NOT_RPC_CALL', length }, `closing client: ${why}`);
     conn.destroy('ERR_NOT_RPC_CALL', why, { length });
+    // The frontend reports the close asynchronously: its waiting calls must not be sent meanwhile.
+    this.onClose(conn, conn.closeReason as CloseReason);
   }
 
   // --------------------------------------------------------------------------------------------------
@@ -580,6 +582,9 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     client.conn.destroy('ERR_RDMA_REFUSED', `the RDMA peer refused a call: ${error.code}`, {
       transportCode: error.code,
     });
+    // Its waiting calls are dropped now, not when the frontend reports the close: sent meanwhile, a
+    // non-idempotent one would run on the server and again when the client retransmits it.
+    this.onClose(client.conn, client.conn.closeReason as CloseReason);
     this.pump();
   }
 

@@ -6,10 +6,15 @@
 import test, { type ExecutionContext } from 'ava';
 import { defaultRegistry, transportOptions } from '../../gateway/gateway.js';
 import { Responder } from '../../gateway/responder.js';
+import { encodeOpaqueParts } from '../../gateway/test-program/codec.js';
+import { TEST_PROGRAM, TEST_VERSION, TestProc } from '../../gateway/test-program/constants.js';
 import { serveTestProgram, TestProgramClient } from '../../gateway/test-program/index.js';
+import { decodeHeader } from '../../rdma-backend/protocol/index.js';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
-import { waitFor } from '../gateway/helpers.js';
+import { connectRaw, framedCall, waitFor } from '../gateway/helpers.js';
 import { freePort } from '../helpers/ports.js';
+import { plainPrivateData, RoguePeer } from '../helpers/rogue-peer.js';
+import { headerBytes } from '../transport/loopback.js';
 import { BASELINE, gauges, startTestGateway, testConfig } from './helpers.js';
 
 /**
@@ -111,4 +116,42 @@ test('held calls go out as soon as a connection is ready, not at the next router
   t.true(waited < 2000, `answered ${waited} ms after the peer came up`);
   t.is(g.router.stats.replies, 2);
   t.is(g.router.stats.holdExpired, 0);
+});
+
+test('a call the peer refuses for good closes its client, and the calls it had waiting are never sent', async (t) => {
+  // A rogue RDMA server that grants one credit and refuses the first call with RDMA2_ERR_SYSTEM.
+  const rogue = await RoguePeer.listen(plainPrivateData());
+  const g = await startTestGateway({ peer: { host: '127.0.0.1', port: rogue.port } });
+  const peer = await rogue.peer;
+  const sock = await connectRaw(g.addresses[0].port);
+  t.teardown(async () => {
+    sock.destroy();
+    peer.close();
+    await rogue.close();
+    await g.stop(0);
+  });
+  const cp = decodeHeader(await peer.message(0));
+  peer.send(headerBytes({ version: 2, htype: 5, xid: cp.xid, credit: 1, flags: 1, props: [] }));
+  // Three calls in one write: with one credit the second and third wait in the router.
+  sock.write(
+    Buffer.concat(
+      [1, 2, 3].map((xid) =>
+        framedCall(
+          xid,
+          TEST_PROGRAM,
+          TEST_VERSION,
+          TestProc.ECHO,
+          Buffer.concat(encodeOpaqueParts(Buffer.from('x'))),
+        ),
+      ),
+    ),
+  );
+  const first = decodeHeader(await peer.message(1));
+  await waitFor(() => g.router.snapshot().queued === 2, 'two calls waiting for the credit');
+  peer.send(headerBytes({ version: 2, htype: 4, xid: first.xid, credit: 1, flags: 1, error: { code: 9 } }));
+  await waitFor(() => g.router.stats.refused === 1, 'the refusal');
+  await new Promise((r) => setTimeout(r, 300));
+  t.is(peer.received.length, 2, 'nothing was sent after the refused call (CONNPROP and the first call only)');
+  t.is(g.router.stats.droppedQueued, 2);
+  t.is(g.router.snapshot().queued, 0);
 });
