@@ -40,7 +40,10 @@ const NO_ITEMS: readonly DdpItem[] = [];
 /** An inbound call waiting for the upstream's reply (pooled per link). */
 class Pending {
   inbound: InboundCall | null = null;
+  /** The ULB's plan of the call, made before its message is written (and given back to the pool). */
   readonly plan = new UlbCallPlan();
+  /** Whether `plan` holds this call's plan (it offered Write chunks and its header decoded). */
+  planned = false;
 }
 
 /** A callback from the upstream, sent as a backward call (rare: allocated per call). */
@@ -169,11 +172,23 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
     }
     const p = this.free.pop() ?? new Pending();
     p.inbound = inbound;
+    // Planned now: a message assembled in our pool (`allocateCall`) goes back to it once written (or
+    // copied), and by the time the reply comes its bytes may be another message's.
+    p.planned = inbound.writeChunks.length > 0 && this.plan(inbound.message, p.plan);
     this.pending.set(xid, p);
     this.o.stats.pending++;
     this.o.stats.callsForwarded++;
-    // A message assembled in our pool (`allocateCall`) goes back to it once written (or copied).
     this.writer.writeOne(inbound.message);
+  }
+
+  /** Fills `plan` for the call `message`; false when its header does not decode (no DDP results then). */
+  private plan(message: Buffer, plan: UlbCallPlan): boolean {
+    try {
+      this.o.registry.planCall(this.header.decode(message), plan);
+      return true;
+    } catch {
+      return false;
+    }
   }
 
   allocateCall(size: number): Buffer {
@@ -218,7 +233,7 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
     const inbound = p.inbound as InboundCall;
     p.inbound = null;
     if (!this.rdmaClosed) {
-      const items = inbound.writeChunks.length > 0 ? this.locateResults(p, inbound, record) : NO_ITEMS;
+      const items = p.planned ? this.locateResults(p, inbound, record) : NO_ITEMS;
       (this.conn as RpcRdmaConnection).reply(inbound, record, items); // returned by onReplyReleased
       this.o.stats.repliesSent++;
     } else {
@@ -236,11 +251,6 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
    */
   private locateResults(p: Pending, inbound: InboundCall, reply: Buffer): readonly DdpItem[] {
     const plan = p.plan;
-    try {
-      this.o.registry.planCall(this.header.decode(inbound.message), plan);
-    } catch {
-      return NO_ITEMS; // not a call the ULB can read: the reply goes inline or in the Reply chunk
-    }
     const n = Math.min(plan.results.length, inbound.writeChunks.length);
     if (n === 0) return NO_ITEMS;
     const items: DdpItem[] = [];

@@ -8,6 +8,7 @@ import { createServer, type Server, type Socket } from 'node:net';
 import test from 'ava';
 import { defaultRegistry } from '../../gateway/gateway.js';
 import { Responder } from '../../gateway/responder.js';
+import { TEST_PROGRAM, TEST_VERSION, TestProc } from '../../gateway/test-program/constants.js';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
 import {
   type InboundCall,
@@ -169,4 +170,38 @@ test('an upstream that goes away closes its RDMA connection: the calls fail for 
   t.true(outcomes.failures[0].retransmit);
   t.is(outcomes.replies.length, 0, 'no invented reply');
   t.is(conn.state, 'closed');
+});
+
+test('a call assembled in the record pool is planned before it is written: its result still goes in the Write chunk', async (t) => {
+  const COUNT = 6000;
+  // The upstream answers a SOURCE call with COUNT bytes: the result the requester offered a Write chunk for.
+  const u = await upstream((s, rec) => {
+    if (rec.readUInt32BE(4) !== 0) return;
+    const body = Buffer.alloc(4 + COUNT, 0x5a);
+    body.writeUInt32BE(COUNT, 0);
+    s.write(Buffer.concat(frameRecord(reply(rec.readUInt32BE(0), body))));
+  });
+  const { responder, conn, outcomes } = await chain(t, u);
+  // The requester finds the result after the 24-byte header and its length word.
+  (outcomes as Outcomes & { locateResult(): number }).locateResult = () => 28;
+  // A small call, then one of over 4 KiB (a Long Call: assembled in the responder's record pool, which
+  // takes it back once written upstream - and gives that memory to the reply record next).
+  for (const [xid, extra] of [
+    [0x77, 0],
+    [0x78, 5000],
+  ]) {
+    const args = Buffer.alloc(8 + extra);
+    args.writeUInt32BE(COUNT, 0);
+    const message = encodeCall(xid, TEST_PROGRAM, TEST_VERSION, TestProc.SOURCE, args);
+    conn.submit({ xid, message, ddpArgs: [], ddpResults: [COUNT], maxReplySize: 28 + COUNT + 64 });
+    await waitFor(
+      () => outcomes.replies.length + outcomes.failures.length === (xid === 0x77 ? 1 : 2),
+      `reply ${xid}`,
+    );
+  }
+  t.deepEqual(outcomes.failures, []);
+  for (const r of outcomes.replies) t.is(r.length, 28 + COUNT);
+  const counters = responder.connections()[0].counters;
+  t.is(counters.rdmaWrites, 2, 'both results went by RDMA Write into their Write chunks');
+  t.is(counters.longReplies, 0);
 });
