@@ -92,6 +92,17 @@ const MIN_RESULTS = STATUS + 4;
 
 const reader = new XdrReader();
 
+/**
+ * The largest READDIR / READDIRPLUS result for a `count` (`maxcount`) of the call. RFC 1813 has it bound
+ * the whole READDIR3resok, but Linux nfsd spends all of it on the entries and encodes the directory's
+ * post_op_attr and the cookieverf on top, so both are added (and the resfail arm, status and
+ * post_op_attr, always fits). A count beyond any reply we take bounds nothing: -1 (the transport's
+ * own limit applies) rather than a reply chunk sized by a client's say-so.
+ */
+function dirListResults(count: number, maxDataLength: number): number {
+  return count > maxDataLength ? -1 : STATUS + POST_OP_ATTR + 8 + count;
+}
+
 function skipFh(r: XdrReader): void {
   r.skipOpaqueData(r.opaqueLength(FHSIZE, 'nfs_fh3'));
 }
@@ -157,17 +168,17 @@ export function createNfs3Ulb(options: Partial<UlbOptions> = {}): UpperLayerBind
           break;
         }
         case Nfs3Proc.READDIR: {
-          // READDIR3args: dir, cookie, cookieverf, count — count bounds the whole READDIR3resok.
+          // READDIR3args: dir, cookie, cookieverf, count.
           skipFh(r);
           r.skip(16, 'cookie, cookieverf');
-          results = STATUS + r.u32('count');
+          results = dirListResults(r.u32('count'), opts.maxDataLength);
           break;
         }
         case Nfs3Proc.READDIRPLUS: {
-          // READDIRPLUS3args: dir, cookie, cookieverf, dircount, maxcount — maxcount bounds READDIRPLUS3resok.
+          // READDIRPLUS3args: dir, cookie, cookieverf, dircount, maxcount.
           skipFh(r);
           r.skip(20, 'cookie, cookieverf, dircount');
-          results = STATUS + r.u32('maxcount');
+          results = dirListResults(r.u32('maxcount'), opts.maxDataLength);
           break;
         }
       }

@@ -167,8 +167,10 @@ const ATTR_MAX: readonly number[] = [
   4, // 74 mode_set_masked
   BITMAP, // 75 suppattr_exclcreat
   VARIABLE, // 76 fs_charset_cap
-  VARIABLE, // 77 sec_label (4.2)
-  4, // 78 change_attr_type (4.2)
+  4, // 77 clone_blksize (4.2, RFC 7863)
+  8, // 78 space_freed (4.2: length4)
+  4, // 79 change_attr_type (4.2)
+  VARIABLE, // 80 sec_label (4.2)
 ];
 
 const reader = new XdrReader();
@@ -308,9 +310,12 @@ function walkOp(op: number, r: XdrReader, plan: UlbCallPlan, opts: UlbOptions): 
       r.skip(STATEID, 'stateid');
       addResult(4, true);
       return true;
-    case Nfs4Op.GETATTR:
-      addResult(bitmapAttrMax(r, opts), true);
+    case Nfs4Op.GETATTR: {
+      // GETATTR4res: status, then the fattr4 (`bitmapAttrMax`).
+      const fattr = bitmapAttrMax(r, opts);
+      addResult(fattr < 0 ? -1 : 4 + fattr, true);
       return true;
+    }
     case Nfs4Op.GETFH:
       addResult(4 + 4 + NFS4_FHSIZE, true);
       return true;
@@ -376,7 +381,9 @@ function walkOp(op: number, r: XdrReader, plan: UlbCallPlan, opts: UlbOptions): 
       r.skip(8 + 8 + 4, 'cookie, cookieverf, dircount');
       const maxcount = r.u32('maxcount');
       skipBitmap(r);
-      addResult(4 + maxcount, true);
+      // READDIR4resok: status, cookieverf, then the entries `maxcount` bounds. A count larger than any
+      // reply we take is not a bound (left unbounded: the transport's own limit applies).
+      addResult(maxcount > opts.maxDataLength ? -1 : 4 + 8 + maxcount, true);
       return true;
     }
     case Nfs4Op.READLINK:

@@ -22,6 +22,7 @@
  *   saw) before they return to the pool.
  */
 import { Access, type MemoryRegion, type ProtectionDomain } from '../verbs/index.js';
+import { TransportError } from './errors.js';
 
 /** One registered chunk of a call. */
 export interface ChunkRegistration {
@@ -69,7 +70,8 @@ export class ChunkRegistrar {
 
   private classOf(length: number): number {
     let c = 0;
-    while (1 << (MIN_CLASS_SHIFT + c) < length) c++;
+    // `2 **`, not `1 <<`: a shift wraps negative past 2^30 and the loop would never end.
+    while (2 ** (MIN_CLASS_SHIFT + c) < length) c++;
     return c;
   }
 
@@ -78,6 +80,14 @@ export class ChunkRegistrar {
    * segment still needs a valid handle): `mr.length === max(1, length)`.
    */
   private acquire(kind: PoolKind, length: number): ChunkRegistration {
+    if (!(length <= this.maxChunk)) {
+      throw new TransportError(
+        'ERR_TRANSPORT_CHUNK_TOO_LARGE',
+        `a chunk of ${length} bytes is larger than the largest this connection takes (${this.maxChunk})`,
+        false,
+        { length, maxChunk: this.maxChunk },
+      );
+    }
     const exact = Math.max(1, length);
     const cls = this.classOf(exact);
     let reg = this.pools[kind][cls]?.pop();

@@ -154,7 +154,9 @@ export function sendCall(c: RpcRdmaConnection, st: CallState): void {
       if (st.replyNeed > 0) replyChunkLen = st.replyNeed;
       else if (needsReplyChunk(version, call.maxReplySize, ddpResultBytes, writeLens.length, c.recvFloor)) {
         replyChunkLen = call.maxReplySize < 0 ? c.opts.defaultReplyChunk : call.maxReplySize - ddpResultBytes;
-        replyChunkLen = Math.max(replyChunkLen, c.recvFloor);
+        // Never more than the largest chunk we take, whatever the caller's bound says (a larger reply
+        // gets REPLY_RESOURCE from the responder and fails the call).
+        replyChunkLen = Math.min(Math.max(replyChunkLen, c.recvFloor), c.opts.maxChunkSize);
       }
     }
     const plan = planCall({

@@ -1,5 +1,7 @@
 import test from 'ava';
+import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
 import { peerVersions } from '../../rdma-backend/transport/index.js';
+import { ChunkRegistrar } from '../../rdma-backend/transport/registration.js';
 import { delay, loopback, pattern, replyData, TestCall } from './loopback.js';
 
 test('inline call and reply, Version 2 negotiated with CONNPROP both ways', async (t) => {
@@ -168,6 +170,30 @@ test('an abandoned call is never reported, and its chunks stay registered until 
       0,
       'its memory was invalidated and released with its reply',
     );
+  } finally {
+    await lb.close();
+  }
+});
+
+test('a chunk larger than the connection takes is refused with a typed error, never registered (no class past 2^30)', async (t) => {
+  const device = await createSoftProvider().openDevice();
+  const registrar = new ChunkRegistrar(device.allocPd(), 4 * 1024 * 1024);
+  for (const length of [4 * 1024 * 1024 + 1, 2 ** 30 + 1, 2 ** 31, 0xffffffff]) {
+    const e = t.throws(() => registrar.acquireTarget(length));
+    t.is((e as { code?: string }).code, 'ERR_TRANSPORT_CHUNK_TOO_LARGE', `${length}`);
+  }
+  t.is(registrar.acquireTarget(4 * 1024 * 1024).mr.length, 4 * 1024 * 1024);
+});
+
+test('a call whose reply bound is beyond any chunk offers a Reply chunk of the largest size, and completes', async (t) => {
+  const lb = await loopback();
+  try {
+    const c = TestCall.echo(3, Buffer.from('small reply, huge bound'), false);
+    c.maxReplySize = 0xffffffff; // a hostile READDIR count once made this a 4 GiB Reply chunk (the loop never ended)
+    lb.client.submit(c);
+    const [o] = await lb.collector.wait(1);
+    t.falsy(o.error, o.error?.message);
+    t.deepEqual(replyData(o.reply as Buffer), Buffer.from('small reply, huge bound'));
   } finally {
     await lb.close();
   }

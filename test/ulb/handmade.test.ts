@@ -189,3 +189,64 @@ test('reply mechanism (seed 002 §5.3.1)', (t) => {
   // READ data in a Write chunk does not count against the inline limit.
   t.is(chooseReplyMechanism({ ...p, maxReplySize: 70000, results: [69500] }, 1024, false), 'inline');
 });
+
+/** A hand-made COMPOUND4res: the accepted reply header, status, tag, then the results `ops` write. */
+function compoundReply(ops: ((w: XdrWriter) => unknown)[]): Buffer {
+  const w = new XdrWriter();
+  encodeAcceptedReply(w, { xid: 7, acceptStat: 0 });
+  w.u32(0).opaque(Buffer.from('hand')).u32(ops.length);
+  for (const op of ops) op(w);
+  return w.toBuffer();
+}
+
+test('GETATTR: the bound counts its status and the 4.2 attributes at their RFC 7863 sizes', (t) => {
+  const putfhRes = (w: XdrWriter) => w.u32(22).u32(0);
+  // (attribute words asked, the attribute values a server returns)
+  const cases: [string, number[], Buffer][] = [
+    ['size (4)', [1 << 4], Buffer.alloc(8)],
+    ['clone_blksize (77, uint32)', [0, 0, 1 << 13], Buffer.alloc(4)],
+    ['space_freed (78, length4)', [0, 0, 1 << 14], Buffer.alloc(8)],
+    ['change_attr_type (79, enum)', [0, 0, 1 << 15], Buffer.alloc(4)],
+  ];
+  for (const [name, words, values] of cases) {
+    const getattrOf = (w: XdrWriter) => {
+      w.u32(9).u32(words.length);
+      for (const x of words) w.u32(x);
+    };
+    const p = plan(compound(2, [putfh, getattrOf]));
+    t.is(p.outcome, UlbOutcome.COMPLETE, name);
+    const reply = compoundReply([
+      putfhRes,
+      (w) => {
+        w.u32(9).u32(0).u32(words.length);
+        for (const x of words) w.u32(x);
+        w.opaque(values);
+      },
+    ]);
+    t.true(reply.length <= p.maxReplySize, `${name}: reply ${reply.length} within ${p.maxReplySize}`);
+  }
+  // sec_label (80) is variable: no bound.
+  const label = (w: XdrWriter) =>
+    w
+      .u32(9)
+      .u32(3)
+      .u32(0)
+      .u32(0)
+      .u32(1 << 16);
+  t.is(plan(compound(2, [putfh, label])).maxReplySize, -1);
+});
+
+test('READDIR (v4): a maxcount larger than any reply we take bounds nothing', (t) => {
+  const readdir = (maxcount: number) => (w: XdrWriter) =>
+    w
+      .u32(26)
+      .u64(0n)
+      .fixedOpaque(Buffer.alloc(8))
+      .u32(1024)
+      .u32(maxcount)
+      .u32(1)
+      .u32(1 << 4);
+  t.is(plan(compound(1, [sequence, putfh, readdir(0x7fffffff)])).maxReplySize, -1);
+  const bounded = plan(compound(1, [sequence, putfh, readdir(8192)])).maxReplySize;
+  t.true(bounded > 8192 && bounded < 16 * 1024, `${bounded}`);
+});

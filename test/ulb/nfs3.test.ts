@@ -6,6 +6,7 @@
  */
 import test from 'ava';
 import { createNfsRegistry, Nfs3Proc, UlbCallPlan, UlbOutcome } from '../../gateway/ulb/index.js';
+import { RpcCallHeader } from '../../rpc/message.js';
 import { bigFile, type Exchange, loadExchanges, reduce, sha256 } from './captures.js';
 
 const exchanges = loadExchanges('nfs3');
@@ -87,7 +88,30 @@ test('every captured call is understood and its real reply lies within the annou
   t.truthy(mnt);
   if (mnt) t.is(registry.planCall(mnt.header, plan).maxReplySize, -1);
   const rdp = nfs(Nfs3Proc.READDIRPLUS)[0];
-  t.is(registry.planCall(rdp.header, plan).maxReplySize, 24 + 4 + rdp.call.readUInt32BE(rdp.call.length - 4));
+  // status, the directory's post_op_attr (88) and cookieverf (8) on top of maxcount, as Linux nfsd encodes.
+  t.is(
+    registry.planCall(rdp.header, plan).maxReplySize,
+    24 + 4 + 88 + 8 + rdp.call.readUInt32BE(rdp.call.length - 4),
+  );
+});
+
+test('READDIR / READDIRPLUS: a count larger than any reply we take bounds nothing (no chunk sized by the client)', (t) => {
+  const plan = new UlbCallPlan();
+  const rdp = nfs(Nfs3Proc.READDIRPLUS)[0];
+  for (const maxcount of [0x7fffffff, 0xffffffff, 16 * 1024 * 1024 + 1]) {
+    const call = Buffer.from(rdp.call);
+    call.writeUInt32BE(maxcount, call.length - 4);
+    registry.planCall(new RpcCallHeader().decode(call), plan);
+    t.is(plan.outcome, UlbOutcome.COMPLETE);
+    t.is(plan.maxReplySize, -1, `maxcount ${maxcount}`);
+  }
+  // At the limit it is still a bound.
+  const call = Buffer.from(rdp.call);
+  call.writeUInt32BE(16 * 1024 * 1024, call.length - 4);
+  t.is(
+    registry.planCall(new RpcCallHeader().decode(call), plan).maxReplySize,
+    24 + 4 + 88 + 8 + 16 * 1024 * 1024,
+  );
 });
 
 test('a failed READ carries no data: locate says -1', (t) => {
