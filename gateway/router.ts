@@ -563,7 +563,10 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     if (error.retransmit) {
       // RFC 8166 §3.3.1 / PROTOCOL-NOTES §2: never again on the lost connection; another or a new one.
       this.stats.retransmits++;
-      r.queuedAt = performance.now();
+      // The hold time runs from the first loss, not from each: a call that takes down every connection
+      // it reaches (or a peer that keeps dropping) must not be resent for ever. After that it waits at
+      // most `holdTimeMs` in all, and then its client is closed (it retransmits by itself).
+      if (r.attempts <= 1) r.queuedAt = performance.now();
       client.pushFront(r);
       this.stats.queued++;
       this.activate(client);

@@ -51,7 +51,16 @@ interface Slot {
   lastError: string;
   /** Taken out of service (`park`): no connection, no reconnect, until `unpark`. */
   parked: boolean;
+  /** When its current connection was established (`performance.now()` ms). */
+  connectedAt: number;
 }
+
+/**
+ * A connection that carried a reply, or stayed up this long, was a real recovery: the back-off starts
+ * again from `initialMs` when it is lost. One that the peer drops at once (a responder whose upstream is
+ * down accepts, then closes) keeps the back-off growing instead of reconnecting every `initialMs`.
+ */
+const HEALTHY_MS = 5000;
 
 export interface PoolSnapshot {
   peer: string;
@@ -94,6 +103,7 @@ export class ConnectionPool {
         timer: null,
         lastError: '',
         parked: false,
+        connectedAt: 0,
       });
     }
   }
@@ -133,7 +143,7 @@ export class ConnectionPool {
       }
       s.conn = conn;
       s.attempts = 0;
-      s.nextDelayMs = this.initialMs;
+      s.connectedAt = performance.now();
       this.flushPending();
     } catch (e) {
       s.connecting = false;
@@ -176,6 +186,9 @@ export class ConnectionPool {
     s.lastError = reason;
     if (this.closed || s.parked) return;
     s.reconnects++;
+    if (conn.counters.repliesReceived > 0 || performance.now() - s.connectedAt >= HEALTHY_MS) {
+      s.nextDelayMs = this.initialMs;
+    }
     this.scheduleReconnect(s);
   }
 

@@ -3,6 +3,7 @@
  * reconnects and complete when the peer comes back within the hold time; past the hold time the client's
  * TCP connection is closed (it retransmits by itself) and no RPC reply is ever invented.
  */
+import { type AddressInfo, createServer } from 'node:net';
 import test, { type ExecutionContext } from 'ava';
 import { defaultRegistry, transportOptions } from '../../gateway/gateway.js';
 import { Responder } from '../../gateway/responder.js';
@@ -154,4 +155,38 @@ test('a call the peer refuses for good closes its client, and the calls it had w
   t.is(peer.received.length, 2, 'nothing was sent after the refused call (CONNPROP and the first call only)');
   t.is(g.router.stats.droppedQueued, 2);
   t.is(g.router.snapshot().queued, 0);
+});
+
+test('a call that takes down every connection it reaches is not resent for ever: its client is closed after the hold time', async (t) => {
+  // An upstream that resets its connection whenever a call arrives: the responder then drops its RDMA
+  // connection, and the gateway resends the call on a new one, which goes the same way.
+  const poisoned = createServer((s) => {
+    s.on('data', () => s.destroy());
+    s.on('error', () => {});
+  });
+  await new Promise<void>((r) => poisoned.listen(0, '127.0.0.1', r));
+  const responder = new Responder({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port: 0,
+    upstream: { host: '127.0.0.1', port: (poisoned.address() as AddressInfo).port },
+    registry: defaultRegistry(),
+    transport: transportOptions(testConfig()),
+  });
+  const { port } = await responder.listen();
+  const g = await startTestGateway({ peer: { host: '127.0.0.1', port }, holdTimeMs: 500 });
+  const client = await TestProgramClient.connect({ host: '127.0.0.1', port: g.addresses[0].port });
+  t.teardown(async () => {
+    client.rpc.destroy();
+    await g.stop(0);
+    await responder.close(500);
+    poisoned.close();
+  });
+  const started = Date.now();
+  const err = await t.throwsAsync(client.echo(Buffer.from('poison')), undefined, 'never answered');
+  t.is((err as { code?: string }).code, 'ERR_CLIENT_CLOSED');
+  const waited = Date.now() - started;
+  t.true(waited < 5000, `closed after ${waited} ms`);
+  t.is(g.router.stats.holdExpired, 1);
+  t.true(g.router.stats.retransmits >= 1, `${g.router.stats.retransmits} retransmissions`);
 });

@@ -1,4 +1,7 @@
+import { type AddressInfo, createServer } from 'node:net';
 import test from 'ava';
+import { defaultRegistry } from '../../gateway/gateway.js';
+import { Responder } from '../../gateway/responder.js';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
 import { ConnectionPool, type PoolOptions } from '../../rdma-backend/transport/index.js';
 import { Collector, delay, echoServer, pattern, replyData, TestCall } from './loopback.js';
@@ -118,4 +121,39 @@ test('pool: a parked slot closes its connection, gets no calls and does not reco
   while (pool.snapshot().ready < 2) await delay(5);
   t.is(pool.snapshot().slots[0].state, 'ready');
   t.throws(() => pool.park(5), { instanceOf: RangeError });
+});
+
+test('pool: a peer that accepts and drops at once gets an exponential back-off, not a reconnect every initialMs', async (t) => {
+  // A responder whose TCP upstream is down: it accepts each RDMA connection, then closes it.
+  const probe = createServer();
+  await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
+  const deadPort = (probe.address() as AddressInfo).port;
+  await new Promise<void>((r) => probe.close(() => r()));
+  const responder = new Responder({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port: 0,
+    upstream: { host: '127.0.0.1', port: deadPort },
+    registry: defaultRegistry(),
+  });
+  const { port } = await responder.listen();
+  const pool = new ConnectionPool({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port,
+    size: 1,
+    requester: new Collector(),
+    options: { peerKey: `pool-drop-${process.pid}` },
+    backoff: { initialMs: 100, maxMs: 30_000, factor: 2 },
+  });
+  t.teardown(async () => {
+    pool.close();
+    await responder.close(500);
+  });
+  await pool.start();
+  await delay(2500);
+  const slot = pool.snapshot().slots[0];
+  // 100, 200, 400, 800 ms (±20 %) fit in 2.5 s: about five connections, not twenty-five.
+  t.true(slot.reconnects <= 7, `${slot.reconnects} reconnects`);
+  t.true(slot.nextDelayMs >= 800, `next delay ${slot.nextDelayMs} ms`);
 });
