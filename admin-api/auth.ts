@@ -28,6 +28,14 @@ function sha256(s: string): Buffer {
   return createHash('sha256').update(s, 'utf8').digest();
 }
 
+/** RFC 6750 §2.1 `b64token`: what a Bearer credential may be made of. */
+const B64TOKEN = /^[A-Za-z0-9\-._~+/]+=*$/;
+
+/** Whether `token` can travel in an `Authorization: Bearer` header at all (RFC 6750 §2.1). */
+export function isBearerToken(token: string): boolean {
+  return B64TOKEN.test(token);
+}
+
 /** True for 127.0.0.0/8, ::1 and the IPv4-mapped loopback, and `localhost`. */
 export function isLoopbackHost(host: string): boolean {
   const h = host.replace(/^\[|\]$/g, '').toLowerCase();

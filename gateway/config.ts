@@ -11,6 +11,7 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { ConfigError, UsageError } from '../common/errors.js';
+import { isBearerToken, isLoopbackHost } from '../admin-api/auth.js';
 import { parseCidr } from '../tcp-frontend/access.js';
 import { formatHostPort, type HostPort, parseHostPort } from '../tcp-frontend/address.js';
 import { DEFAULT_FRONTEND_LIMITS } from '../tcp-frontend/limits.js';
@@ -260,7 +261,7 @@ export const CONFIG_SCHEMA: readonly KeyDef[] = [
     key: 'admin.token',
     kind: { type: 'string' },
     default: '',
-    doc: 'Bearer token the admin API requires (empty: no token; only sensible on loopback). Prefer the environment variable to a file or a flag.',
+    doc: 'Bearer token the admin API requires (empty: no token; only sensible on loopback): RFC 6750 characters (letters, digits, `-._~+/`, then any `=`), surrounding whitespace dropped; in a file, quote it. Prefer the environment variable to a file or a flag.',
     secret: true,
   },
   {
@@ -466,13 +467,16 @@ function coerce(def: KeyDef, raw: unknown, origin: Origin): unknown {
       return n;
     }
     case 'enum': {
-      const hit = k.values.find((v) => v === raw || String(v) === String(raw).trim());
+      const scalar = typeof raw === 'string' || typeof raw === 'number' || typeof raw === 'boolean';
+      const hit = scalar ? k.values.find((v) => v === raw || String(v) === String(raw).trim()) : undefined;
       if (hit === undefined) throw bad(def, origin, raw, `one of ${k.values.join(', ')}`);
       return hit;
     }
     case 'string':
-      if (typeof raw !== 'string' && typeof raw !== 'number') throw bad(def, origin, raw, 'a string');
-      return String(raw);
+      // A number from a file is a YAML scalar that was meant as a string and already lost its form
+      // (012345 → 12345, 0x1F → 31): refused, naming the key, rather than taken changed.
+      if (typeof raw !== 'string') throw bad(def, origin, raw, 'a string (quote it in a file)');
+      return raw;
     case 'hostport':
       if (k.allowOff && raw === 'off') return 'off';
       if (k.allowAuto && raw === 'auto') return 'auto';
@@ -747,14 +751,44 @@ export function loadConfig(sources: ConfigSources = {}): LoadedConfig {
       );
     const def = BY_KEY.get(key)!;
     // A repeated list flag adds to the list; any other repeated flag keeps its last value.
-    const listKind = ['hostports', 'routes', 'listeners'].includes(def.kind.type);
+    const listKind = ['hostports', 'routes', 'listeners', 'cidrs'].includes(def.kind.type);
     const raw = listKind ? raws.join(',') : raws[raws.length - 1];
     values.set(key, coerce(def, raw, { source: 'flag', where: flag }));
     origins[key] = 'flag';
   }
+  checkAdmin(values, origins);
   const config: Record<string, unknown> = {};
   for (const [key, value] of values) setPath(config, key, value);
   return { config: config as unknown as GatewayConfig, origins, file };
+}
+
+/**
+ * The admin keys that only make sense together, checked before anything starts (a gateway must not come
+ * up serving clients with an admin API that then refuses to start). The token loses surrounding
+ * whitespace (a Kubernetes Secret made from a file ends with a newline) and must be an RFC 6750
+ * `b64token`, or no client could ever send it.
+ */
+function checkAdmin(values: Map<string, unknown>, origins: Record<string, Source>): void {
+  const listen = values.get('admin.listen');
+  const token = (values.get('admin.token') as string).trim();
+  values.set('admin.token', token);
+  const origin = (key: string): Origin => ({ source: origins[key], where: key });
+  if (token !== '' && !isBearerToken(token)) {
+    throw bad(BY_KEY.get('admin.token')!, origin('admin.token'), token, 'a bearer token: letters, digits and -._~+/, then any =');
+  }
+  if (listen === 'off') return;
+  const host = (listen as HostPort).host;
+  if (values.get('admin.allowUnauthenticatedWrites') === true && !isLoopbackHost(host)) {
+    throw bad(
+      BY_KEY.get('admin.allowUnauthenticatedWrites')!,
+      origin('admin.allowUnauthenticatedWrites'),
+      true,
+      `false while admin.listen is not a loopback address (${host})`,
+    );
+  }
+  if (values.get('admin.protectReads') === true && token === '') {
+    throw bad(BY_KEY.get('admin.protectReads')!, origin('admin.protectReads'), true, 'false while admin.token is empty');
+  }
 }
 
 /** The configuration as plain JSON-able data in file syntax (addresses as strings, secrets masked). */

@@ -172,6 +172,7 @@ export class GatewayControlAdapter implements GatewayControl {
   }
 
   private state(): GatewayState {
+    if (this.gateway.stopping) return this.gateway.stopped ? 'stopped' : 'stopping';
     if (this.gateway.draining) return 'draining';
     return this.gateway.frontend.addresses().length > 0 ? 'running' : 'stopped';
   }
@@ -197,7 +198,7 @@ export class GatewayControlAdapter implements GatewayControl {
       upstreamsReady: this.gateway.pool
         .snapshot()
         .slots.filter((s) => s.state === 'ready' && !this.offlineSlots.has(s.index)).length,
-      draining: this.gateway.draining,
+      draining: this.gateway.draining || this.gateway.stopping,
       state: this.state(),
     };
   }
@@ -525,8 +526,13 @@ export class GatewayControlAdapter implements GatewayControl {
       this.o.logger.info({ upstream: id, action }, `upstream ${id} online`);
       return this.upstreamInfo(id);
     }
-    if (!slot.conn) {
-      const why = this.gateway.pool.isParked(id) ? 'is offline (parked): put it online' : 'has no connection';
+    if (!slot.conn || this.offlineSlots.has(id)) {
+      // An offline slot's calls in flight finish on it (docs/admin-api.md): a reconnect would fail them over.
+      const why = this.gateway.pool.isParked(id)
+        ? 'is offline (parked): put it online'
+        : this.offlineSlots.has(id)
+          ? 'is offline (its calls in flight are finishing): put it online'
+          : 'has no connection';
       throw new ControlError('ERR_CONTROL_CONFLICT', `upstream ${id} ${why} to reconnect`, {
         upstream: id,
       });

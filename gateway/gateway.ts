@@ -128,6 +128,11 @@ export class Gateway {
     return this.frontend.refusingNewConnections;
   }
 
+  /** True from the start of `stop()`: the calls in flight are finishing, nothing new is taken. */
+  stopping = false;
+  /** True once `stop()` is done. */
+  stopped = false;
+
   snapshot(): GatewaySnapshot {
     return {
       frontend: { ...this.frontend.stats },
@@ -147,6 +152,7 @@ export class Gateway {
    * then close the RDMA side and the embedded peer.
    */
   async stop(drainTimeoutMs = 30_000): Promise<void> {
+    this.stopping = true;
     this.log.info({ drainTimeoutMs, inFlight: this.frontend.stats.callsInFlight }, 'draining');
     if (this.routing && this.routing.registered.length > 0)
       await registerWithRpcbind(this.routing.registered, 'unset', this.log);
@@ -156,6 +162,7 @@ export class Gateway {
     this.pool.close();
     await this.embedded?.close(Math.min(drainTimeoutMs, 5000));
     closeDeviceSoon(this.device);
+    this.stopped = true;
     this.log.info({ router: this.router.snapshot() }, 'stopped');
   }
 }

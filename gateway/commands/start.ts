@@ -44,8 +44,16 @@ async function run(ctx: CommandContext, config: GatewayConfig, command: string):
   const log = root;
   const started = Date.now();
   const gateway = await startGateway({ config, logger: log });
-  // The root logger, so that a log-level change through the admin API reaches every component.
-  const admin = await startGatewayAdmin(gateway, { config, logger: root, startedAt: started });
+  let admin: Awaited<ReturnType<typeof startGatewayAdmin>>;
+  try {
+    // The root logger, so that a log-level change through the admin API reaches every component.
+    admin = await startGatewayAdmin(gateway, { config, logger: root, startedAt: started });
+  } catch (err) {
+    // No gateway without its admin API (probes, metrics, drain): stop what started, then fail.
+    log.error({ err: (err as Error).message }, 'the admin API could not start; stopping');
+    await gateway.stop(0);
+    throw err;
+  }
   ctx.stdout.write(banner(gateway, config, command, Date.now() - started));
   if (admin)
     ctx.stdout.write(`  admin:   ${admin.url}  (npx rpcrdma-gateway status; docs at ${admin.url}/docs)\n`);

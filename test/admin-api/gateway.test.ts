@@ -628,3 +628,44 @@ test('the routing section: dispatcher routes, program buckets and the passthroug
   t.like(after.routing.calls, { rdma: 0, unavailable: 1 });
   t.is(after.routing.byProgram.other, 1);
 });
+
+test('reconnect on an offline slot whose calls are still finishing is refused (409): they finish there', async (t) => {
+  const h = await start({ poolSize: 1, grant: 1 });
+  try {
+    await waitFor(() => h.g.pool.snapshot().ready === 1, 'a ready connection');
+    const payload = Buffer.alloc(1024 * 1024, 0x5a);
+    const calls = Array.from({ length: 12 }, () => h.client.sink(payload));
+    await waitFor(() => h.g.router.stats.inFlight >= 1, 'a call in flight', 20_000);
+    t.is((await json(h, 'POST', '/v1/upstreams/0/offline')).status, 200);
+    const retransmitsBefore = h.g.router.stats.retransmits;
+    const refused = await json(h, 'POST', '/v1/upstreams/0/reconnect');
+    t.is(refused.status, 409);
+    t.regex(refused.json.message, /offline/);
+    t.is((await json(h, 'POST', '/v1/upstreams/0/online')).status, 200);
+    t.deepEqual(await Promise.all(calls), Array(12).fill(payload.length));
+    t.is(h.g.router.stats.retransmits, retransmitsBefore, 'nothing was failed over');
+  } finally {
+    await stop(h);
+  }
+});
+
+test('while stop() drains, /readyz says draining and the state is stopping, then stopped', async (t) => {
+  const h = await start({ poolSize: 1, grant: 1 });
+  try {
+    await waitFor(() => h.g.pool.snapshot().ready === 1, 'a ready connection');
+    const payload = Buffer.alloc(1024 * 1024, 0x5a);
+    const calls = Array.from({ length: 8 }, () => h.client.sink(payload).catch(() => 0));
+    await waitFor(() => h.g.frontend.stats.callsInFlight >= 1, 'calls in flight', 20_000);
+    const stopped = h.g.stop(10_000);
+    const ready = await json(h, 'GET', '/readyz');
+    t.is(ready.status, 503);
+    t.is(ready.json.reason, 'draining');
+    t.is((await json(h, 'GET', '/v1/server-info')).json.state, 'stopping');
+    await stopped;
+    await Promise.all(calls);
+    t.is((await json(h, 'GET', '/v1/server-info')).json.state, 'stopped');
+  } finally {
+    await h.client.rpc.close().catch(() => {});
+    await h.api.close();
+  }
+});

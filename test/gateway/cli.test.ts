@@ -1,6 +1,8 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { type AddressInfo, createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import test from 'ava';
+import { freePort } from '../helpers/ports.js';
 
 const CLI = fileURLToPath(new URL('../../gateway/cli.js', import.meta.url));
 
@@ -114,4 +116,60 @@ test('version, help and an unknown command', async (t) => {
   const u = await run(['frobnicate']);
   t.is(u.code, 2);
   t.regex(u.stderr, /unknown command 'frobnicate'/);
+});
+
+test('start: admin settings that cannot work are refused before anything listens (exit 2, naming the key)', async (t) => {
+  const frontend = await freePort();
+  const cases: [Record<string, string>, RegExp][] = [
+    [
+      {
+        RPCRDMA_GATEWAY_ADMIN_LISTEN: '0.0.0.0:0',
+        RPCRDMA_GATEWAY_ADMIN_ALLOW_UNAUTHENTICATED_WRITES: 'true',
+      },
+      /admin\.allowUnauthenticatedWrites: expected false while admin\.listen is not a loopback address/,
+    ],
+    [
+      { RPCRDMA_GATEWAY_ADMIN_PROTECT_READS: 'true' },
+      /admin\.protectReads: expected false while admin\.token is empty/,
+    ],
+    [{ RPCRDMA_GATEWAY_ADMIN_TOKEN: 'two words' }, /admin\.token: expected a bearer token/],
+  ];
+  for (const [env, message] of cases) {
+    const r = await run(['start', '--listen', `127.0.0.1:${frontend}`], env);
+    t.is(r.code, 2, r.stderr);
+    t.regex(r.stderr, message);
+    t.notRegex(r.stdout, /listening/, 'the gateway never started');
+  }
+});
+
+test('start: an admin port already taken stops the gateway it started and exits 1', async (t) => {
+  const taken = createServer();
+  await new Promise<void>((r) => taken.listen(0, '127.0.0.1', r));
+  t.teardown(() => taken.close());
+  const adminPort = (taken.address() as AddressInfo).port;
+  const frontend = await freePort();
+  const r = await run([
+    'start',
+    '--listen',
+    `127.0.0.1:${frontend}`,
+    '--admin-listen',
+    `127.0.0.1:${adminPort}`,
+  ]);
+  t.is(r.code, 1, r.stderr);
+  t.regex(r.stderr, /EADDRINUSE/);
+});
+
+test('a repeated --frontend-allowed-clients adds to the list; a token keeps no surrounding newline', async (t) => {
+  const r = await run(
+    [
+      '--print-config',
+      '--frontend-allowed-clients',
+      '10.0.0.0/8',
+      '--frontend-allowed-clients',
+      '192.168.0.0/16',
+    ],
+    { RPCRDMA_GATEWAY_ADMIN_TOKEN: 's3cret\n' },
+  );
+  t.is(r.code, 0, r.stderr);
+  t.deepEqual(JSON.parse(r.stdout).frontend.allowedClients, ['10.0.0.0/8', '192.168.0.0/16']);
 });
