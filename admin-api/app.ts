@@ -13,6 +13,7 @@
  */
 import fastifySwagger from '@fastify/swagger';
 import fastifySwaggerUi from '@fastify/swagger-ui';
+import { Ajv } from 'ajv';
 import Fastify, {
   type FastifyBaseLogger,
   type FastifyError,
@@ -107,6 +108,37 @@ export async function createAdminApi(options: AdminApiOptions): Promise<AdminApi
     bodyLimit: 64 * 1024,
     ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', allErrors: false } },
   });
+  // A JSON body says what it means: `"upstream": null` is not slot 0, `"reqreminv": "false"` is not a
+  // boolean, `["debug"]` is not a level. Only the query string and the path, which are text, are coerced.
+  const bodyAjv = new Ajv({
+    coerceTypes: false,
+    useDefaults: true,
+    removeAdditional: false,
+    allErrors: false,
+    strict: false,
+  });
+  const textAjv = new Ajv({
+    coerceTypes: 'array',
+    useDefaults: true,
+    removeAdditional: false,
+    allErrors: false,
+    strict: false,
+  });
+  app.setValidatorCompiler(({ schema, httpPart }) =>
+    httpPart === 'body' ? bodyAjv.compile(schema) : textAjv.compile(schema),
+  );
+
+  // An empty JSON body is no body (`POST /v1/clients/:id/close` takes an optional one); anything else goes
+  // through Fastify's own parser, which refuses __proto__ and constructor keys.
+  const json = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    if (body === '') {
+      done(null, undefined);
+      return;
+    }
+    json(request, body as string, done);
+  });
 
   const ctx: AdminContext = {
     control: options.control,
@@ -118,6 +150,21 @@ export async function createAdminApi(options: AdminApiOptions): Promise<AdminApi
   app.addHook('onRequest', async (request, reply) => {
     const access = request.routeOptions.config.access ?? 'read';
     if (access === 'public') return;
+    if (access === 'write' && request.headers.origin !== undefined) {
+      // Browsers send Origin with every POST; the API's clients (curl, the CLI, probes) do not. Refusing it
+      // keeps a web page open on this host (or one rebinding a name to 127.0.0.1) from driving writes,
+      // which matters most with allowUnauthenticatedWrites.
+      request.log.warn(
+        { remote: request.ip, origin: request.headers.origin },
+        'admin API: write from a web page refused',
+      );
+      return refuse(
+        reply,
+        403,
+        'ERR_ADMIN_FORBIDDEN',
+        'write requests from a web page (with an Origin header) are refused',
+      );
+    }
     if (access === 'read' && !options.protectReads) return;
     if (access === 'write' && auth === null) {
       if (writesOpen) return;
@@ -143,6 +190,13 @@ export async function createAdminApi(options: AdminApiOptions): Promise<AdminApi
   app.setErrorHandler((err: FastifyError | GatewayError, request: FastifyRequest, reply: FastifyReply) => {
     if ('validation' in err && err.validation) {
       return reply.code(400).send({ code: 'ERR_ADMIN_VALIDATION', message: err.message });
+    }
+    // Fastify's own refusals of a request (a body that is not JSON, another content type, one too large)
+    // answer with the documented code, the reason in the message.
+    if (!(err instanceof GatewayError) && typeof err.code === 'string' && err.code.startsWith('FST_ERR_')) {
+      const status = typeof err.statusCode === 'number' && err.statusCode >= 400 ? err.statusCode : 400;
+      if (status < 500)
+        return reply.code(status).send({ code: 'ERR_ADMIN_VALIDATION', message: err.message });
     }
     if (err instanceof GatewayError) {
       const status = httpStatusOf(err);

@@ -506,3 +506,66 @@ test('the docs UI is served', async (t) => {
     await h.api.close();
   }
 });
+
+test("a JSON body means what it says: no coercion, and Fastify's own refusals carry the documented code", async (t) => {
+  const h = await start();
+  try {
+    const refused: [string, string, unknown][] = [
+      ['POST', '/v1/properties/peer-requests', { properties: { rbsiz: 8192 }, upstream: null }],
+      ['POST', '/v1/properties/peer-requests', { properties: { rbsiz: 8192 }, upstream: true }],
+      ['POST', '/v1/properties/peer-requests', { properties: { rbsiz: '8192' } }],
+      ['PUT', '/v1/log-level', { level: ['debug'] }],
+      ['POST', '/v1/clients/1/close', { reason: 1234 }],
+    ];
+    for (const [method, path, body] of refused) {
+      const r = await call(h, method, path, { body });
+      t.is(r.status, 400, `${method} ${path} ${JSON.stringify(body)}`);
+      t.is(r.json.code, 'ERR_ADMIN_VALIDATION');
+    }
+    t.deepEqual(h.control.actions, [], 'nothing was done');
+    // Not JSON, and another content type: the documented code too.
+    const raw = async (contentType: string, body: string) => {
+      const res = await request(`${h.url}/v1/log-level`, {
+        method: 'PUT',
+        headers: { ...AUTH, 'content-type': contentType },
+        body,
+      });
+      return { status: res.statusCode, json: (await res.body.json()) as { code: string } };
+    };
+    const notJson = await raw('application/json', '{"level":');
+    t.is(notJson.status, 400);
+    t.is(notJson.json.code, 'ERR_ADMIN_VALIDATION');
+    const other = await raw('application/xml', '<level>debug</level>');
+    t.is(other.status, 415);
+    t.is(other.json.code, 'ERR_ADMIN_VALIDATION');
+    // The close route's body is optional, also with a JSON content type and nothing in it.
+    const res = await request(`${h.url}/v1/clients/1/close`, {
+      method: 'POST',
+      headers: { ...AUTH, 'content-type': 'application/json' },
+      body: '',
+    });
+    t.true(res.statusCode === 200 || res.statusCode === 404, `${res.statusCode}`);
+    await res.body.dump();
+  } finally {
+    await h.api.close();
+  }
+});
+
+test('a write from a web page (Origin header) is refused, even with writes open on loopback', async (t) => {
+  const h = await start({ token: '', allowUnauthenticatedWrites: true });
+  try {
+    const fromPage = await call(h, 'POST', '/v1/drain', {
+      headers: { origin: 'http://evil.example', 'content-type': 'text/plain' },
+    });
+    t.is(fromPage.status, 403);
+    t.is(fromPage.json.code, 'ERR_ADMIN_FORBIDDEN');
+    t.deepEqual(h.control.actions, []);
+    t.is(
+      (await call(h, 'POST', '/v1/drain', { headers: {} })).status,
+      200,
+      'the same write without Origin goes',
+    );
+  } finally {
+    await h.api.close();
+  }
+});
