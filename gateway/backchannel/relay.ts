@@ -90,8 +90,10 @@ export class BackchannelRelay implements ResponderHandler {
     const msg = call.message;
     let session: Session | null = null;
     let named = false;
+    let gss = false;
     try {
       this.header.decode(msg, 0, msg.length);
+      gss = this.header.isGss;
       named = sessionOfCallback(this.header, msg, this.id);
     } catch {
       named = false; // not even an RPC call header: the client will answer GARBAGE_ARGS or nothing
@@ -105,12 +107,25 @@ export class BackchannelRelay implements ResponderHandler {
     }
     client.callbacks ??= new Map();
     const pending = client.callbacks;
-    let xid = client.nextCallbackXid;
-    do xid = (xid + 1) >>> 0;
-    while (pending.has(xid));
-    client.nextCallbackXid = xid;
+    let xid: number;
+    if (gss) {
+      // RPCSEC_GSS: the call's verifier is a MIC over its header from the XID on (RFC 2203 §5.3.1), so the
+      // XID goes as the server sent it, as on the forward path; one already pending on this client (from
+      // another connection) is refused, and the server sends the callback again.
+      xid = msg.readUInt32BE(0);
+      if (pending.has(xid)) {
+        this.stats.backchannelOrphans++;
+        link.conn.replyError(call, REFUSED);
+        return;
+      }
+    } else {
+      xid = client.nextCallbackXid;
+      do xid = (xid + 1) >>> 0;
+      while (pending.has(xid));
+      client.nextCallbackXid = xid;
+      msg.writeUInt32BE(xid, 0); // the transport gave us this buffer: it is ours to rewrite
+    }
     pending.set(xid, { inbound: call, link });
-    msg.writeUInt32BE(xid, 0); // the transport gave us this buffer: it is ours to rewrite
     this.stats.backchannelCalls++;
     this.one[0] = msg;
     client.conn.sendRecord(this.one);
