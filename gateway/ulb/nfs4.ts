@@ -387,9 +387,12 @@ function walkOp(op: number, r: XdrReader, plan: UlbCallPlan, opts: UlbOptions): 
       return true;
     }
     case Nfs4Op.READLINK:
+      // RFC 8267 makes the link text DDP-eligible, and Linux nfsd (5.11 on) does move it into the next Write
+      // chunk it was offered: without a chunk of its own, no later result may be offered one either, or
+      // nfsd would put the link text in the chunk meant for a READ after it.
       if (opts.pathnameResults && walk.resultsOpen && walk.replyWalkable) {
         plan.addResult(opts.maxPathLength, DdpKind.PATHNAME);
-      } else if (opts.pathnameResults) walk.resultsOpen = false;
+      } else walk.resultsOpen = false;
       addResult(4 + 4 + xdrAlign(opts.maxPathLength), true);
       return true;
     case Nfs4Op.RENEW:

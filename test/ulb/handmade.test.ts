@@ -250,3 +250,18 @@ test('READDIR (v4): a maxcount larger than any reply we take bounds nothing', (t
   const bounded = plan(compound(1, [sequence, putfh, readdir(8192)])).maxReplySize;
   t.true(bounded > 8192 && bounded < 16 * 1024, `${bounded}`);
 });
+
+test('without pathnameResults a READLINK takes no Write chunk, and neither does a READ after it (nfsd would pair them)', (t) => {
+  const plain = createNfsRegistry();
+  const p = plain.planCall(
+    new RpcCallHeader().decode(compound(1, [sequence, putfh, (w) => w.u32(27), (w) => read(w, 10000)])),
+    new UlbCallPlan(),
+  );
+  t.deepEqual(p.results, []);
+  // A READ before the READLINK still gets its chunk.
+  const before = plain.planCall(
+    new RpcCallHeader().decode(compound(1, [sequence, putfh, (w) => read(w, 10000), (w) => w.u32(27)])),
+    new UlbCallPlan(),
+  );
+  t.deepEqual(before.results, [10000]);
+});
