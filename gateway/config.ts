@@ -10,8 +10,8 @@
  */
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
-import { ConfigError, UsageError } from '../common/errors.js';
 import { isBearerToken, isLoopbackHost } from '../admin-api/auth.js';
+import { ConfigError, UsageError } from '../common/errors.js';
 import { parseCidr } from '../tcp-frontend/access.js';
 import { formatHostPort, type HostPort, parseHostPort } from '../tcp-frontend/address.js';
 import { DEFAULT_FRONTEND_LIMITS } from '../tcp-frontend/limits.js';
@@ -774,7 +774,12 @@ function checkAdmin(values: Map<string, unknown>, origins: Record<string, Source
   values.set('admin.token', token);
   const origin = (key: string): Origin => ({ source: origins[key], where: key });
   if (token !== '' && !isBearerToken(token)) {
-    throw bad(BY_KEY.get('admin.token')!, origin('admin.token'), token, 'a bearer token: letters, digits and -._~+/, then any =');
+    throw bad(
+      BY_KEY.get('admin.token')!,
+      origin('admin.token'),
+      token,
+      'a bearer token: letters, digits and -._~+/, then any =',
+    );
   }
   if (listen === 'off') return;
   const host = (listen as HostPort).host;
@@ -787,7 +792,12 @@ function checkAdmin(values: Map<string, unknown>, origins: Record<string, Source
     );
   }
   if (values.get('admin.protectReads') === true && token === '') {
-    throw bad(BY_KEY.get('admin.protectReads')!, origin('admin.protectReads'), true, 'false while admin.token is empty');
+    throw bad(
+      BY_KEY.get('admin.protectReads')!,
+      origin('admin.protectReads'),
+      true,
+      'false while admin.token is empty',
+    );
   }
 }
 

@@ -620,7 +620,9 @@ export class RpcRdmaConnection {
       { peer: this.peerKey, connection: this.id, timeoutMs: this.opts.negotiationTimeoutMs },
       'no answer to the Version 2 CONNPROP: closing; the next connection to this peer speaks Version 1',
     );
-    this.close(`no answer to CONNPROP within ${this.opts.negotiationTimeoutMs} ms (taken for a Version 1 peer)`);
+    this.close(
+      `no answer to CONNPROP within ${this.opts.negotiationTimeoutMs} ms (taken for a Version 1 peer)`,
+    );
   };
 
   useVersion(v: 1 | 2): void {
