@@ -148,6 +148,7 @@ test('start: an admin port already taken stops the gateway it started and exits 
   t.teardown(() => taken.close());
   const adminPort = (taken.address() as AddressInfo).port;
   const frontend = await freePort();
+  const started = Date.now();
   const r = await run([
     'start',
     '--listen',
@@ -155,6 +156,9 @@ test('start: an admin port already taken stops the gateway it started and exits 
     '--admin-listen',
     `127.0.0.1:${adminPort}`,
   ]);
+  // It exits by itself (`run` kills it only at 20 s): the gateway it started does not stay up.
+  const ms = Date.now() - started;
+  t.true(ms < 15_000, `exited after ${ms} ms`);
   t.is(r.code, 1, r.stderr);
   t.regex(r.stderr, /EADDRINUSE/);
 });
