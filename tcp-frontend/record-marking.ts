@@ -58,6 +58,14 @@ export interface RecordDecoderOptions {
    * (`net.Socket` `onread`) and keep records after the handler returns.
    */
   zeroCopy?: boolean;
+  /**
+   * Instead of stopping the stream, skip a record larger than `maxRecordSize`: its bytes are read and
+   * dropped (nothing of it is kept but its first word), and once its last byte has passed this is called
+   * with that word — an RPC message's XID — or -1 for a record shorter than 4 bytes, and the size its
+   * fragment headers announced. For a peer whose framing is sound but one of whose messages is too large
+   * to carry on (the responder's upstream server): that one message fails, not the whole connection.
+   */
+  onOversize?: (head: number, announced: number) => void;
 }
 
 /**
@@ -103,6 +111,12 @@ export class RecordDecoder {
   private assemblyUsed = 0;
   private failure: RecordMarkingError | undefined = undefined;
   private ended = false;
+  private readonly onOversize: ((head: number, announced: number) => void) | undefined;
+  /** The current record is over the limit and being skipped (`onOversize`). */
+  private skipping = false;
+  /** The skipped record's first bytes (big-endian), `skipHeadHave` of them so far. */
+  private skipHead = 0;
+  private skipHeadHave = 0;
 
   constructor(onRecord: RecordHandler, options: RecordDecoderOptions = {}) {
     this.onRecord = onRecord;
@@ -121,6 +135,7 @@ export class RecordDecoder {
     this.allocate = options.allocate ?? Buffer.allocUnsafe;
     this.release = options.release;
     this.zeroCopy = options.zeroCopy ?? true;
+    this.onOversize = options.onOversize;
   }
 
   /** Bytes of the current, incomplete record copied and held by the decoder. */
@@ -166,7 +181,7 @@ export class RecordDecoder {
         const last = word >= LAST_FRAGMENT;
         this.startFragment(len, last, this.streamOffset + pos - 4);
         // Zero copy: a whole single-fragment record inside this chunk is handed over as a view.
-        if (last && this.fragments === 1 && n - pos >= len) {
+        if (last && this.fragments === 1 && n - pos >= len && !this.skipping) {
           this.finishRecord();
           this.deliver(
             this.zeroCopy ? chunk.subarray(pos, pos + len) : this.copyOut(chunk, pos, len),
@@ -179,12 +194,18 @@ export class RecordDecoder {
           this.endFragment();
           continue;
         }
-        this.ensureCapacity(last);
+        if (!this.skipping) this.ensureCapacity(last);
         continue;
       }
       const take = Math.min(this.fragmentLeft, n - pos);
-      chunk.copy(this.assembly!, this.assemblyUsed, pos, pos + take);
-      this.assemblyUsed += take;
+      if (this.skipping) {
+        for (let k = 0; k < take && this.skipHeadHave < 4; k++, this.skipHeadHave++) {
+          this.skipHead = this.skipHead * 256 + chunk[pos + k];
+        }
+      } else {
+        chunk.copy(this.assembly!, this.assemblyUsed, pos, pos + take);
+        this.assemblyUsed += take;
+      }
       this.fragmentLeft -= take;
       pos += take;
       if (this.fragmentLeft === 0) this.endFragment(pos);
@@ -226,12 +247,15 @@ export class RecordDecoder {
       });
     }
     const total = this.announced + len;
-    if (total > this.maxRecordSize) {
-      throw this.fail(
-        'ERR_RM_RECORD_TOO_LARGE',
-        `fragment header announces ${len} bytes, making a record of ${total} bytes over the limit of ${this.maxRecordSize}`,
-        { fragmentLength: len, announced: total, limit: this.maxRecordSize, streamOffset: headerAt },
-      );
+    if (total > this.maxRecordSize && !this.skipping) {
+      if (this.onOversize === undefined) {
+        throw this.fail(
+          'ERR_RM_RECORD_TOO_LARGE',
+          `fragment header announces ${len} bytes, making a record of ${total} bytes over the limit of ${this.maxRecordSize}`,
+          { fragmentLength: len, announced: total, limit: this.maxRecordSize, streamOffset: headerAt },
+        );
+      }
+      this.startSkipping();
     }
     if (last && total === 0) {
       throw this.fail('ERR_RM_EMPTY_RECORD', 'a record of zero bytes (no RPC message is empty)', {
@@ -283,9 +307,33 @@ export class RecordDecoder {
     return out.length === len ? out : out.subarray(0, len);
   }
 
+  /** The record outgrew the limit (`onOversize`): keep its first word, drop what was assembled of it. */
+  private startSkipping(): void {
+    this.skipping = true;
+    this.skipHead = 0;
+    this.skipHeadHave = 0;
+    const assembled = this.assembly;
+    if (assembled !== undefined) {
+      for (; this.skipHeadHave < 4 && this.skipHeadHave < this.assemblyUsed; this.skipHeadHave++) {
+        this.skipHead = this.skipHead * 256 + assembled[this.skipHeadHave];
+      }
+      this.release?.(assembled);
+    }
+    this.assembly = undefined;
+    this.assemblyUsed = 0;
+  }
+
   private endFragment(pos = 0): void {
     this.inFragment = false;
     if (!this.fragmentIsLast) return;
+    if (this.skipping) {
+      const head = this.skipHeadHave === 4 ? this.skipHead : -1;
+      const announced = this.announced;
+      this.skipping = false;
+      this.finishRecord();
+      (this.onOversize as (head: number, announced: number) => void)(head, announced);
+      return;
+    }
     const record =
       this.assembly!.length === this.assemblyUsed
         ? this.assembly!

@@ -65,6 +65,8 @@ export interface ResponderStats {
   unmatchedReplies: number;
   /** Calls refused because their XID was already outstanding on the connection. */
   duplicateXids: number;
+  /** Upstream replies over the record limit: skipped, their call answered with an error. */
+  oversizedReplies: number;
   callbacks: number;
   callbackReplies: number;
   callbacksFailed: number;
@@ -80,6 +82,7 @@ export function createResponderStats(): ResponderStats {
     repliesSent: 0,
     unmatchedReplies: 0,
     duplicateXids: 0,
+    oversizedReplies: 0,
     callbacks: 0,
     callbackReplies: 0,
     callbacksFailed: 0,
@@ -132,6 +135,7 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
       allocate: o.pool.acquire,
       release: o.pool.release,
       zeroCopy: false,
+      onOversize: (xid, announced) => this.onOversizedReply(xid, announced),
     });
     // Writes before the connection is established are buffered by Node, so calls may arrive at once.
     this.socket = connect({
@@ -218,6 +222,31 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
     else if (msgType === MsgType.CALL)
       this.onCallback(record); // kept by the backward call: not pooled
     else this.o.pool.release(record);
+  }
+
+  /**
+   * The upstream sent a record over `maxRecordSize`: too large for us to carry back, whatever the
+   * requester offers. Its bytes were skipped; only its call fails — RDMA2_ERR_SYSTEM (ERR_CHUNK in
+   * Version 1), not REPLY_RESOURCE, which would invite the requester to resend with a larger Reply chunk
+   * that cannot help — instead of the connection and every call on it.
+   */
+  private onOversizedReply(xid: number, announced: number): void {
+    this.o.stats.oversizedReplies++;
+    const p = xid < 0 ? undefined : this.pending.get(xid);
+    this.o.log.warn(
+      { xid, bytes: announced, limit: this.decoder.maxRecordSize, call: p !== undefined },
+      'upstream record larger than the limit: skipped, its call refused',
+    );
+    if (p === undefined) return;
+    this.pending.delete(xid);
+    this.o.stats.pending--;
+    const inbound = p.inbound as InboundCall;
+    p.inbound = null;
+    this.free.push(p);
+    if (!this.rdmaClosed) {
+      (this.conn as RpcRdmaConnection).replyError(inbound, { code: RDMA2_ERR_SYSTEM });
+    }
+    if (this.rdmaClosed && this.pending.size === 0) this.endUpstream();
   }
 
   private onUpstreamReply(record: Buffer): void {

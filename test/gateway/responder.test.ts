@@ -72,7 +72,7 @@ class Outcomes implements RequesterHandler {
   }
 }
 
-async function chain(t: import('ava').ExecutionContext, u: Upstream) {
+async function chain(t: import('ava').ExecutionContext, u: Upstream, o: { maxRecordSize?: number } = {}) {
   const device = await createSoftProvider().openDevice();
   const responder = new Responder({
     device,
@@ -81,6 +81,7 @@ async function chain(t: import('ava').ExecutionContext, u: Upstream) {
     upstream: { host: '127.0.0.1', port: u.port },
     registry: defaultRegistry(),
     lingerMs: 2000,
+    maxRecordSize: o.maxRecordSize,
   });
   const { port } = await responder.listen();
   const outcomes = new Outcomes();
@@ -204,4 +205,27 @@ test('a call assembled in the record pool is planned before it is written: its r
   const counters = responder.connections()[0].counters;
   t.is(counters.rdmaWrites, 2, 'both results went by RDMA Write into their Write chunks');
   t.is(counters.longReplies, 0);
+});
+
+test('an upstream reply over the record limit fails only its call; the connection and the other calls go on', async (t) => {
+  const MAX = 64 * 1024;
+  const held: { s: Socket; xid: number }[] = [];
+  const u = await upstream((s, rec) => {
+    const xid = rec.readUInt32BE(0);
+    // Call 1 gets a reply of 64 KiB + 24 bytes, over the responder's limit; the others wait, then small ones.
+    if (xid === 1) s.write(Buffer.concat(frameRecord(reply(1, Buffer.alloc(MAX)))));
+    else held.push({ s, xid });
+  });
+  const { responder, conn, outcomes } = await chain(t, u, { maxRecordSize: MAX });
+  conn.submit(call(2));
+  conn.submit(call(3));
+  await waitFor(() => held.length === 2, 'two calls at the upstream');
+  conn.submit(call(1));
+  await waitFor(() => outcomes.failures.length === 1, 'the oversized one refused');
+  t.is(outcomes.failures[0].code, 'ERR_TRANSPORT_PEER_SYSTEM');
+  t.false(outcomes.failures[0].retransmit);
+  for (const h of held) h.s.write(Buffer.concat(frameRecord(reply(h.xid, Buffer.alloc(4)))));
+  await waitFor(() => outcomes.replies.length === 2, 'the other two answered');
+  t.is(conn.state, 'ready');
+  t.is(responder.stats.oversizedReplies, 1);
 });

@@ -481,3 +481,40 @@ test('frameRecord refuses an empty record and a bad fragment size', (t) => {
     );
   }
 });
+
+test('onOversize: a record over the limit is skipped and reported with its first word; the stream goes on', (t) => {
+  // Limit 64 bytes. An oversized single-fragment record, one whose second fragment makes it oversized
+  // (its head was assembled already), one of 3 bytes over a 2-byte limit is tested below.
+  const small = rec([40], 1);
+  const bigOne = rec([100], 2);
+  const bigTwo = rec([30, 50], 3);
+  const after = rec([10, 20], 4);
+  const stream = wire([small, bigOne, bigTwo, after]);
+  const firstWord = (r: WireRecord) => r.body.readUInt32BE(0);
+  // The verdict must not depend on where reads split the stream: every single cut point.
+  for (let cut = 0; cut <= stream.length; cut++) {
+    const skipped: [number, number][] = [];
+    const released: Buffer[] = [];
+    const { records, decoder } = decodeAll(cutAt(stream, [cut]), {
+      maxRecordSize: 64,
+      onOversize: (head, announced) => skipped.push([head, announced]),
+      release: (b) => released.push(b),
+    });
+    t.deepEqual(records, [small.body, after.body], `cut ${cut}`);
+    t.deepEqual(
+      skipped,
+      [
+        [firstWord(bigOne), 100],
+        [firstWord(bigTwo), 80],
+      ],
+      `cut ${cut}`,
+    );
+    t.true(decoder.atRecordBoundary);
+    t.is(decoder.bufferedBytes, 0);
+  }
+  const tiny: [number, number][] = [];
+  decodeAll([wire([rec([3], 5)])], { maxRecordSize: 2, onOversize: (h, a) => tiny.push([h, a]) });
+  t.deepEqual(tiny, [[-1, 3]], 'a record too short for a word reports -1');
+  // Without the option an oversized record still stops the stream.
+  t.throws(() => decodeAll([wire([bigOne])], { maxRecordSize: 64 }), { instanceOf: RecordMarkingError });
+});
