@@ -224,6 +224,8 @@ export interface DispatchStats {
 export interface TcpRouteHandler {
   forward(conn: FrontendConnection, record: Buffer, route: Route): void;
   onClose(conn: FrontendConnection): void;
+  /** The client's socket drained (after a write that returned false). */
+  onWritable?(conn: FrontendConnection): void;
 }
 
 export interface DispatcherOptions {
@@ -353,6 +355,7 @@ export class Dispatcher implements FrontendHandler {
 
   onWritable(conn: FrontendConnection): void {
     this.rdma.onWritable?.(conn);
+    this.tcp?.onWritable?.(conn);
   }
 
   /** RFC 5531 §9: "PROG_UNAVAIL: remote hasn't exported program". */

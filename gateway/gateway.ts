@@ -229,6 +229,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     connections: config.passthrough.connections,
     connectTimeoutMs: config.passthrough.connectTimeoutMs,
     maxRecordSize: config.frontend.maxRecordSize,
+    maxReplyBytes: config.frontend.maxReplyBytes,
     logger: log.child({ component: 'passthrough' }),
   });
   let mappings: Mapping[] = [];

@@ -20,6 +20,7 @@ import { pino } from 'pino';
 import { AuthFlavor } from '../../rpc/constants.js';
 import { formatHostPort, type HostPort } from '../../tcp-frontend/address.js';
 import type { CallReceiver, RpcClientError, RpcReply } from '../../tcp-frontend/client.js';
+import { DEFAULT_MAX_RECORD_SIZE } from '../../tcp-frontend/record-marking.js';
 import type { FrontendConnection } from '../../tcp-frontend/server.js';
 import type { Route, TcpRouteHandler } from '../dispatch.js';
 import { type UpstreamLink, UpstreamPool, type UpstreamPoolOptions } from './upstream-pool.js';
@@ -53,7 +54,21 @@ export interface PassthroughOptions {
   maxRecordSize?: number;
   /** Calls on the wire per upstream connection. */
   maxInFlight?: number;
+  /**
+   * Reply bytes one client may have coming (each call forwarded counts at `maxRecordSize`: the route does
+   * not parse replies) plus written and not yet taken by its socket (`frontend.maxReplyBytes`). Beyond
+   * it the client's reading is held until its replies drain. Default 64 MiB.
+   */
+  maxReplyBytes?: number;
   logger?: Logger;
+}
+
+/** A client's replies coming through the route (`maxReplyBytes`). */
+interface ReplyRoom {
+  /** Calls forwarded and not yet answered, each counted at the largest reply. */
+  reserved: number;
+  /** The client's reading is held (`FrontendConnection.hold`) until there is room again. */
+  holding: boolean;
 }
 
 /** One forwarded call: everything needed to put the reply back where it belongs. */
@@ -84,10 +99,15 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
   private readonly poolOptions: Omit<UpstreamPoolOptions, 'target'>;
   private readonly log: Logger;
   private closed = false;
+  private readonly maxReplyBytes: number;
+  private readonly replyUnit: number;
+  private readonly rooms = new WeakMap<FrontendConnection, ReplyRoom>();
 
   constructor(o: PassthroughOptions) {
     this.defaultUpstream = o.defaultUpstream;
     this.log = o.logger ?? pino({ level: 'silent' });
+    this.maxReplyBytes = o.maxReplyBytes ?? 64 * 1024 * 1024;
+    this.replyUnit = o.maxRecordSize ?? DEFAULT_MAX_RECORD_SIZE;
     this.poolOptions = {
       connections: o.connections ?? 1,
       connectTimeoutMs: o.connectTimeoutMs ?? 3000,
@@ -113,6 +133,7 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
     }
     this.stats.calls++;
     this.stats.inFlight++;
+    this.reserve(conn);
     const f: Forwarded = {
       conn,
       clientXid: record.readUInt32BE(0),
@@ -130,6 +151,7 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
       (opened) => this.send(f, opened, record),
       (err: { code?: string; message: string; details?: Record<string, unknown> }) => {
         this.stats.inFlight--;
+        this.unreserve(conn);
         this.fail(conn, 'ERR_UPSTREAM_UNAVAILABLE', `upstream ${pool.target} unavailable: ${err.message}`, {
           upstream: pool.target,
           cause: err.code,
@@ -152,9 +174,49 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
     return pool;
   }
 
-  onClose(_conn: FrontendConnection): void {
-    // Nothing is kept per client: replies find the connection through their call, and are dropped when
-    // it has closed.
+  onClose(conn: FrontendConnection): void {
+    // Replies find the connection through their call and are dropped once it has closed; only the reply
+    // room is kept per client.
+    this.rooms.delete(conn);
+  }
+
+  /** The client's socket drained: if its reading was held for reply room, it may go on. */
+  onWritable(conn: FrontendConnection): void {
+    this.release(conn);
+  }
+
+  /**
+   * Counts a forwarded call's largest reply against its client's room; once the replies coming and unsent
+   * reach `maxReplyBytes`, the client's reading is held (the call being forwarded still goes). Without it
+   * a client sending calls and reading nothing would make the gateway hold `maxCallsInFlight` replies.
+   */
+  private reserve(conn: FrontendConnection): void {
+    let room = this.rooms.get(conn);
+    if (room === undefined) {
+      room = { reserved: 0, holding: false };
+      this.rooms.set(conn, room);
+    }
+    room.reserved += this.replyUnit;
+    if (!room.holding && room.reserved + conn.unsentBytes >= this.maxReplyBytes) {
+      room.holding = true;
+      conn.hold();
+    }
+  }
+
+  private unreserve(conn: FrontendConnection): void {
+    const room = this.rooms.get(conn);
+    if (room === undefined) return;
+    room.reserved -= this.replyUnit;
+    this.release(conn);
+  }
+
+  /** Lets a held client read again once its replies coming and unsent fit. */
+  private release(conn: FrontendConnection): void {
+    const room = this.rooms.get(conn);
+    if (room === undefined || !room.holding || conn.closed) return;
+    if (room.reserved + conn.unsentBytes >= this.maxReplyBytes) return;
+    room.holding = false;
+    conn.unhold();
   }
 
   /** Closes every upstream connection once its outstanding calls are answered (never a half-close first). */
@@ -190,6 +252,7 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
     this.stats.replies++;
     reply.message.writeUInt32BE(f.clientXid, 0);
     f.conn.sendReply([reply.message]);
+    this.unreserve(f.conn);
   }
 
   /** A forwarded call that no reply will answer (`CallReceiver`). */
@@ -197,6 +260,7 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
     this.stats.inFlight--;
     if (!f.gss) f.link.releaseXid(f.xid);
     if (f.conn.closed) return;
+    this.unreserve(f.conn);
     const code = err.code === 'ERR_CLIENT_XID_IN_USE' ? err.code : 'ERR_UPSTREAM_LOST';
     this.fail(f.conn, code, `upstream ${f.link.target}: ${err.message}`, {
       upstream: f.link.target,

@@ -5,12 +5,15 @@
  * chain (frontend → router → RDMA → embedded responder → test program), real sockets.
  */
 import test from 'ava';
+import { parseRoute } from '../../gateway/dispatch.js';
+import { startGateway } from '../../gateway/gateway.js';
 import { encodeSourceArgs } from '../../gateway/test-program/codec.js';
 import { TEST_PROGRAM, TEST_VERSION, TestProc } from '../../gateway/test-program/constants.js';
 import { TestProgramClient } from '../../gateway/test-program/index.js';
+import { serveTestProgram } from '../../gateway/test-program/server.js';
 import { RecordDecoder } from '../../tcp-frontend/record-marking.js';
 import { connectRaw, framedCall, waitFor } from '../gateway/helpers.js';
-import { settledGauges, startTestGateway } from './helpers.js';
+import { settledGauges, startTestGateway, testConfig } from './helpers.js';
 
 const MiB = 1024 * 1024;
 
@@ -88,4 +91,50 @@ test('with a budget smaller than one reply, calls still go one at a time', async
   t.is(replies.length, 8);
   for (const r of replies) t.is(r.length, 256 * 1024);
   t.true(g.router.stats.replyRoomWaits > 0, 'the budget held the later calls back');
+});
+
+test('through a tcp (passthrough) route too: a client that does not read is held at its reply budget', async (t) => {
+  const upstream = await serveTestProgram();
+  const config = testConfig({ maxReplyBytes: 16 * MiB });
+  config.routes = [parseRoute(`test=tcp@127.0.0.1:${upstream.addresses[0].port}`)];
+  const g = await startGateway({ config });
+  const hog = await connectRaw(g.addresses[0].port);
+  t.teardown(async () => {
+    hog.destroy();
+    await g.stop(0);
+    await upstream.close({ drainTimeoutMs: 0 });
+  });
+  hog.pause();
+  const CALLS = 64;
+  const calls: Buffer[] = [];
+  for (let i = 0; i < CALLS; i++) {
+    calls.push(framedCall(i + 1, TEST_PROGRAM, TEST_VERSION, TestProc.SOURCE, encodeSourceArgs(MiB, i)));
+  }
+  hog.write(Buffer.concat(calls));
+  // The route counts each call at the largest reply (4 MiB + 64 KiB: it does not parse replies), so it holds
+  // the client's reading after four calls; give whatever may still move the time to move.
+  await waitFor(
+    () => g.routing?.passthrough.stats.calls !== undefined && g.routing.passthrough.stats.calls >= 4,
+    'calls forwarded',
+  );
+  await new Promise((r) => setTimeout(r, 500));
+  const [conn] = g.frontend.connections;
+  const forwarded = g.routing?.passthrough.stats.calls ?? 0;
+  t.log(
+    `${forwarded} of ${CALLS} calls forwarded, ${(conn.bytesOut / MiB).toFixed(1)} MiB written or queued`,
+  );
+  t.true(forwarded < CALLS / 2, `${forwarded} forwarded`);
+  t.true(conn.bytesOut < 16 * MiB + 12 * MiB, `${conn.bytesOut} bytes queued for the client`);
+  // Once it reads, every reply comes.
+  const seen = new Set<number>();
+  const all = new Promise<void>((resolve) => {
+    const decoder = new RecordDecoder((record) => {
+      seen.add(record.readUInt32BE(0));
+      if (seen.size === CALLS) resolve();
+    });
+    hog.on('data', (d: Buffer) => decoder.push(d));
+  });
+  hog.resume();
+  await all;
+  t.is(seen.size, CALLS);
 });
