@@ -137,9 +137,16 @@ for (const name of exampleNames) {
     const pod = workload.spec.template;
     const c = pod.spec.containers[0];
     t.is(c.args[0], mode === 'gateway' ? 'start' : 'responder');
-    t.is(c.livenessProbe.httpGet.path, '/livez');
-    t.is(c.readinessProbe.httpGet.path, '/readyz');
-    t.is(c.readinessProbe.httpGet.port, 'admin');
+    if (mode === 'gateway') {
+      t.is(c.livenessProbe.httpGet.path, '/livez');
+      t.is(c.readinessProbe.httpGet.path, '/readyz');
+      t.is(c.readinessProbe.httpGet.port, 'admin');
+    } else {
+      // The responder serves no admin API; the example's native listener has no TCP port to probe.
+      t.is(c.livenessProbe, undefined);
+      t.is(c.lifecycle, undefined);
+      t.false(c.ports.some((p: { name: string }) => p.name === 'admin'));
+    }
 
     // Configuration: the ConfigMap's file is accepted by the gateway's own loader, and the ports agree.
     const [cm] = byKind('ConfigMap');
@@ -149,22 +156,26 @@ for (const name of exampleNames) {
     try {
       const { config } = loadConfig({ file, env: {} });
       const dataPort = c.ports.find((p: { name: string }) => p.name !== 'admin').containerPort;
-      const adminPort = c.ports.find((p: { name: string }) => p.name === 'admin').containerPort;
       t.is(mode === 'gateway' ? config.frontend.listen[0].port : config.responder.listen.port, dataPort);
-      t.deepEqual(config.admin.listen, { host: '0.0.0.0', port: adminPort });
       t.is(config.rdma.provider, exampleValues.config?.rdma?.provider ?? values.config.rdma.provider);
+      if (mode === 'gateway') {
+        const adminPort = c.ports.find((p: { name: string }) => p.name === 'admin').containerPort;
+        t.deepEqual(config.admin.listen, { host: '0.0.0.0', port: adminPort });
+      }
       // Grace period: above the preStop delay plus the drain timeout, or the kubelet kills calls in flight.
-      const delay = Number(c.lifecycle.preStop.exec.command.at(-1)) / 1000;
+      const delay = mode === 'gateway' ? Number(c.lifecycle.preStop.exec.command.at(-1)) / 1000 : 0;
       t.true(pod.spec.terminationGracePeriodSeconds > delay + config.shutdown.drainTimeoutMs / 1000);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
-    t.deepEqual(c.lifecycle.preStop.exec.command.slice(0, 4), [
-      'node',
-      '/app/deploy/scripts/admin-call.mjs',
-      'POST',
-      '/v1/drain',
-    ]);
+    if (mode === 'gateway') {
+      t.deepEqual(c.lifecycle.preStop.exec.command.slice(0, 4), [
+        'node',
+        '/app/deploy/scripts/admin-call.mjs',
+        'POST',
+        '/v1/drain',
+      ]);
+    }
 
     // The admin token reaches the container from a Secret (the chart's, or an existing one).
     const ref = c.env.find((e: { name: string }) => e.name === 'RPCRDMA_GATEWAY_ADMIN_TOKEN').valueFrom
@@ -197,14 +208,15 @@ for (const name of exampleNames) {
       t.is(pod.spec.dnsPolicy, 'ClusterFirstWithHostNet');
     } else t.is(pod.spec.hostNetwork, undefined);
 
-    // Two Services: the data port and, separately, the admin/metrics port; both select the pods.
+    // The data port's Service and, separately (gateway only: the responder has no admin API), the
+    // admin/metrics port's; all select the pods.
     const services = byKind('Service');
-    t.is(services.length, 2);
+    t.is(services.length, mode === 'gateway' ? 2 : 1);
     const podLabels = pod.metadata.labels as Record<string, string>;
     for (const s of services)
       for (const [k, v] of Object.entries(s.spec.selector as Record<string, string>)) t.is(podLabels[k], v);
     const ports = services.map((s) => s.spec.ports.map((p: { targetPort: string }) => p.targetPort));
-    t.deepEqual(ports.sort(), [['admin'], [mode === 'gateway' ? 'nfs' : 'rpcrdma']]);
+    t.deepEqual(ports.sort(), mode === 'gateway' ? [['admin'], ['nfs']] : [['rpcrdma']]);
     t.is(byKind('ServiceMonitor').length, exampleValues.metrics?.serviceMonitor?.enabled ? 1 : 0);
   });
 }

@@ -80,6 +80,9 @@ test('the compose demo wires client → gateway → responder → ganesha with r
   t.is(responder.environment.RPCRDMA_GATEWAY_RESPONDER_LISTEN, '0.0.0.0:20049');
   t.is(gateway.environment.RPCRDMA_GATEWAY_RDMA_PEER, 'responder:20049');
   t.is(gateway.depends_on.responder.condition, 'service_healthy');
+  // The responder has no admin API: its health is its port, and its drain needs more than Docker's 10 s.
+  t.regex(responder.healthcheck.test.join(' '), /connect\(20049/);
+  t.is(responder.stop_grace_period, '40s');
   t.is(responder.build.dockerfile, 'deploy/docker/Dockerfile');
   // ganesha as the interop tests run it (DESIGN §4): NFSv4 only, no UDP/NLM/RQUOTA, no grace period.
   const conf = readRepo('deploy', 'compose', 'ganesha', 'ganesha.conf');

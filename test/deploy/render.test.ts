@@ -107,11 +107,23 @@ test('responder mode serves port 20049 and runs the responder command', async (t
   const ds = docs.find((d) => d.kind === 'DaemonSet');
   const c = ds!.spec.template.spec.containers[0];
   t.is(c.args[0], 'responder');
+  // The responder serves no admin API: no admin port, no admin Service, no HTTP probes, no drain call.
   t.deepEqual(
     c.ports.map((p: { name: string; containerPort: number }) => [p.name, p.containerPort]),
-    [
-      ['rpcrdma', 20049],
-      ['admin', 9249],
-    ],
+    [['rpcrdma', 20049]],
   );
+  t.false(docs.some((d) => d.kind === 'Service' && d.metadata.name.endsWith('-admin')));
+  t.is(c.lifecycle, undefined);
+  // With provider auto (the default) the listener may be native (no TCP port): no probes at all.
+  t.is(c.startupProbe, undefined);
+  t.is(c.readinessProbe, undefined);
+  // With the soft provider it listens on TCP: the probes connect to that port.
+  const soft = await renderChartWith('mode: responder\nconfig: {rdma: {provider: soft}}\n');
+  const dep = parseManifests(soft.manifests.map((m) => `---\n${m.text}`).join('\n')).find(
+    (d) => d.kind === 'Deployment',
+  );
+  const sc = dep!.spec.template.spec.containers[0];
+  for (const probe of [sc.startupProbe, sc.livenessProbe, sc.readinessProbe]) {
+    t.deepEqual(probe.tcpSocket, { port: 'rpcrdma' });
+  }
 });
