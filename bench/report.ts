@@ -270,9 +270,17 @@ export function renderMarkdown(result: ResultFile): string {
       `| ${r.suite} | ${r.name} | ${cell(r.value)} | ${r.unit} | ${r.baseline ? `${r.baseline.name} ${cell(r.baseline.value)}` : ''} | ${r.ratio !== undefined ? r.ratio.toFixed(2) : ''} | ${r.target ? `${r.target.of} ${r.target.op} ${r.target.value}` : ''} | ${r.met === undefined ? '' : r.met ? 'met' : '**NOT MET**'} |`,
     );
   }
+  // Files written before the figures covered only the measured window (c7af1b1; their rows have no
+  // `machine`) counted the connections, the warm-up and the teardown too: say so, not the current rule.
+  const windowed = result.rows.some(
+    (r) => (r.extra as { machine?: unknown } | undefined)?.machine !== undefined,
+  );
+  const span = windowed
+    ? 'over the measured window'
+    : "over the whole run of the workload (this file predates measured-window figures: connections, warm-up and teardown included, which read CPU per call 1.2–1.37× high; docs/performance.md, 'Resources')";
   lines.push(
     '',
-    `CPU per call (µs, from /proc: utime + stime, the kernel's part (stime) in brackets, over the measured window divided by the calls completed${loadgensNote(result)}), the time per call its main thread waited for a CPU while runnable (/proc/PID/schedstat), peak RSS (MiB) and, where /proc/PID/io could be read, calls completed per read / write system call (higher: better batching; /proc counts read(2)/write(2)/readv/writev, not haproxy's recv/send, so haproxy shows none). CPUs busy: the share of the machine's CPU time that was not idle meanwhile (/proc/stat):`,
+    `CPU per call (µs, from /proc: utime + stime, the kernel's part (stime) in brackets, ${span} divided by the calls completed${loadgensNote(result)}), the time per call its main thread waited for a CPU while runnable (/proc/PID/schedstat), peak RSS (MiB) and, where /proc/PID/io could be read, calls completed per read / write system call (higher: better batching; /proc counts read(2)/write(2)/readv/writev, not haproxy's recv/send, so haproxy shows none). CPUs busy: the share of the machine's CPU time that was not idle meanwhile (/proc/stat):`,
     '',
     '| workload | chain | p50 | p99 | CPUs busy | load generator | per hop / process |',
     '|---|---|---:|---:|---:|---:|---|',
@@ -290,15 +298,17 @@ export function renderMarkdown(result: ResultFile): string {
             readCalls?: number;
             writeCalls?: number;
             runqueueWaitSeconds?: number;
+            gone?: boolean;
           }
         >
       | undefined;
     const lat = x?.latencyUs as LatencySummary | undefined;
     if (!x || !calls || !res || !lat) continue;
     const hops = Object.entries(res)
-      .map(
-        ([role, v]) =>
-          `${role} ${((v.cpuSeconds * 1e6) / calls).toFixed(0)} µs${kernelPart(calls, v.systemSeconds)}${waited(calls, v.runqueueWaitSeconds)}, ${(v.peakRssKiB / 1024).toFixed(0)} MiB${perSyscall(calls, v.readCalls, v.writeCalls)}`,
+      .map(([role, v]) =>
+        v.gone
+          ? `${role} — (the process was gone during the window)`
+          : `${role} ${((v.cpuSeconds * 1e6) / calls).toFixed(0)} µs${kernelPart(calls, v.systemSeconds)}${waited(calls, v.runqueueWaitSeconds)}, ${(v.peakRssKiB / 1024).toFixed(0)} MiB${perSyscall(calls, v.readCalls, v.writeCalls)}`,
       )
       .join('; ');
     const machine = x.machine as { busyFraction: number } | undefined;

@@ -88,25 +88,50 @@ class Run {
   bytes = 0;
   errors = 0;
   firstError: string | undefined;
-  /** The first failure before the measured window (warm-up): reported when the window saw none. */
+  /**
+   * Calls that failed before the measured window (warm-up). They count as errors too: a connection lost
+   * then leaves the window running with fewer calls outstanding than asked, which is not the figure
+   * asked for.
+   */
+  warmupErrors = 0;
   firstWarmupError: string | undefined;
+  /** When each loop's call in progress started (`performance.now()` ms), NaN between calls. */
+  private readonly started: number[] = [];
   private next = 0;
 
   constructor(private readonly plan: PreparedOp[]) {}
 
+  /**
+   * Calls still waiting at the end of the window that were sent before it began: a reply that never came
+   * (lost, or a chain that stopped answering). Without this they would vanish from both the errors and
+   * the latencies, and the row would look clean, even faster, with fewer calls competing.
+   */
+  unansweredSince(t0: number): number {
+    let n = 0;
+    for (const s of this.started) if (s < t0) n++;
+    return n;
+  }
+
   async loop(client: RpcClient): Promise<void> {
     const plan = this.plan;
+    const slot = this.started.length;
+    this.started.push(Number.NaN);
     while (!this.stopped && !client.closed) {
       const op = plan[this.next++ % plan.length];
       const started = performance.now();
+      this.started[slot] = started;
       let problem: string | undefined;
       try {
         problem = replyProblem(await client.call(TEST_PROGRAM, TEST_VERSION, op.proc, op.args), op);
       } catch (err) {
         problem = err instanceof Error ? err.message : String(err);
       }
+      this.started[slot] = Number.NaN;
       if (!this.measuring) {
-        if (problem !== undefined) this.firstWarmupError ??= `during the warm-up: ${problem}`;
+        if (problem !== undefined) {
+          this.warmupErrors++;
+          this.firstWarmupError ??= `during the warm-up: ${problem}`;
+        }
         continue;
       }
       if (this.stopped) continue;
@@ -163,6 +188,12 @@ async function main(): Promise<void> {
   run.stopped = true;
   const elapsed = (performance.now() - t0) / 1000;
   const cpu = process.cpuUsage(cpu0);
+  const unanswered = run.unansweredSince(t0);
+  if (unanswered > 0) {
+    run.errors += unanswered;
+    run.firstError ??= `${unanswered} call(s) sent before the measured window got no reply within it`;
+  }
+  run.errors += run.warmupErrors;
   await handshake('measure-end');
   stdinLines.close();
   for (const c of clients) c.destroy();

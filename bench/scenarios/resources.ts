@@ -31,6 +31,8 @@ export interface ProcSample {
   /** Main thread: ns waited on a run queue and timeslices run so far (`/proc/<pid>/schedstat`; 0 if unreadable). */
   runqueueWaitNs: number;
   timeslices: number;
+  /** Processes read for this sample (0: the process, or every member of its group, is gone). */
+  found: number;
 }
 
 function readSchedstat(pid: number): { runqueueWaitNs: number; timeslices: number } {
@@ -69,6 +71,7 @@ function readPid(pid: number): ProcSample | undefined {
       rssKiB: rss ? Number(rss[1]) : 0,
       ...readIo(pid),
       ...readSchedstat(pid),
+      found: 1,
     };
   } catch {
     return undefined; // exited meanwhile
@@ -102,10 +105,12 @@ export function sample(pid: number, group = false): ProcSample {
     writeCalls: 0,
     runqueueWaitNs: 0,
     timeslices: 0,
+    found: 0,
   };
   for (const p of pids) {
     const s = readPid(p);
     if (!s) continue;
+    total.found++;
     total.cpuSeconds += s.cpuSeconds;
     total.systemSeconds += s.systemSeconds;
     total.rssKiB += s.rssKiB;
@@ -158,6 +163,11 @@ export interface ResourceFigures {
   /** Seconds the main thread was runnable but waiting for a CPU, and the timeslices it ran, meanwhile. */
   runqueueWaitSeconds: number;
   timeslices: number;
+  /**
+   * The process (every member of the group) was gone at the start or the end of the window: its figures
+   * are not known and read 0; the report shows them as unknown rather than as a process that used nothing.
+   */
+  gone?: true;
 }
 
 /**
@@ -219,6 +229,7 @@ export class ResourceSampler {
         writeCalls: Math.max(0, end.writeCalls - start.writeCalls),
         runqueueWaitSeconds: Math.max(0, end.runqueueWaitNs - start.runqueueWaitNs) / 1e9,
         timeslices: Math.max(0, end.timeslices - start.timeslices),
+        ...(end.found === 0 || start.found === 0 ? { gone: true as const } : {}),
       };
     }
     return out;

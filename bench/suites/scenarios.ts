@@ -263,20 +263,40 @@ export function secondPass(chainIds: readonly string[]): string[] {
   return chainIds.filter((c) => c === 'haproxy' || c.startsWith('gw-')).reverse();
 }
 
-/** The p99s of a chain's one or two measurements of `w`, in run order. */
-function p99sOf(results: Map<string, Measured>, chain: string, w: Workload): number[] {
-  return [results.get(`${chain}/${w.id}`), results.get(`${chain}/${w.id}${AGAIN}`)]
-    .map((m) => m?.result?.latencyUs.p99)
-    .filter((p): p is number => p !== undefined);
+/**
+ * Whether a measurement is a figure at all: calls completed and none failed (a failed call, a reply that
+ * never came, a connection lost in the warm-up). A pass with failures has no rate or p99 to compare: an
+ * empty histogram reads p99 0, and calls lost leave fewer outstanding, which looks faster.
+ */
+export function valid(m: Measured | undefined): boolean {
+  return m?.result !== undefined && m.result.ops > 0 && m.result.errors === 0;
 }
 
-/** The faster (calls/s) of a chain's one or two measurements of the idle pair's `id`. */
+/** Why a measurement is no figure (`valid` false), for the row. */
+function invalidReason(m: Measured | undefined): string {
+  const r = m?.result;
+  if (r === undefined) return m?.error ?? 'not measured';
+  if (r.errors > 0) return `${r.errors} call(s) failed: ${r.firstError ?? 'no reason given'}`;
+  return 'no call completed';
+}
+
+/** The p99s of a chain's valid measurements of `w`, in run order. */
+function p99sOf(results: Map<string, Measured>, chain: string, w: Workload): number[] {
+  return [results.get(`${chain}/${w.id}`), results.get(`${chain}/${w.id}${AGAIN}`)]
+    .filter(valid)
+    .map((m) => (m as Measured & { result: LoadResult }).result.latencyUs.p99);
+}
+
+/** The faster (calls/s) of a chain's one or two measurements of the idle pair's `id` (a valid one first). */
 function fasterOf(results: Map<string, Measured>, chain: string, id: string): Measured | undefined {
   const first = results.get(`${chain}/${id}`);
   const again = results.get(`${chain}/${id}${AGAIN}`);
-  if (!again?.result) return first;
-  if (!first?.result) return again;
-  return again.result.opsPerSec > first.result.opsPerSec ? again : first;
+  if (!valid(again)) return valid(first) || !again?.result ? first : again;
+  if (!valid(first)) return again;
+  return (again as Measured & { result: LoadResult }).result.opsPerSec >
+    (first as Measured & { result: LoadResult }).result.opsPerSec
+    ? again
+    : first;
 }
 
 /** The idle pair's rates in each pass, when the chain ran it twice. */
@@ -294,40 +314,66 @@ function passRates(
   return { ...(runs ? { runs } : {}), ...(busyAloneRuns ? { busyAloneRuns } : {}) };
 }
 
-/** A chain's measurement of a workload; for a chain measured twice, the better one (higher throughput). */
-function bestOf(results: Map<string, Measured>, chain: string, w: Workload): Measured | undefined {
+/**
+ * A chain's measurement of a workload; for a chain measured twice, the better valid one (higher
+ * throughput). With `firstOnly`, its first pass: what a chain measured once is compared with, since that
+ * is the pass that ran beside it ("baseline and subject alike").
+ */
+function bestOf(
+  results: Map<string, Measured>,
+  chain: string,
+  w: Workload,
+  firstOnly = false,
+): Measured | undefined {
   const first = results.get(`${chain}/${w.id}`);
-  const again = results.get(`${chain}/${w.id}${AGAIN}`);
-  if (!again?.result) return first;
-  if (!first?.result) return again;
-  return throughput(w, again.result) > throughput(w, first.result) ? again : first;
+  const again = firstOnly ? undefined : results.get(`${chain}/${w.id}${AGAIN}`);
+  if (!valid(again)) return valid(first) || !again?.result ? first : again;
+  if (!valid(first)) return again;
+  const a = (again as Measured & { result: LoadResult }).result;
+  const f = (first as Measured & { result: LoadResult }).result;
+  return throughput(w, a) > throughput(w, f) ? again : first;
 }
 
 export function buildRows(plan: Plan, results: Map<string, Measured>): BenchRow[] {
   const rows: BenchRow[] = [];
+  const twice = (chain: string, w: Workload) => results.has(`${chain}/${w.id}${AGAIN}`);
   for (const w of WORKLOADS) {
-    const get = (chain: string) => bestOf(results, chain, w)?.result;
     for (const chainId of plan.chainIds) {
-      const m = bestOf(results, chainId, w);
+      const baseName = chainId === 'direct' ? undefined : chainId === 'haproxy' ? 'direct' : 'haproxy';
+      // Like with like: the best of two passes on both sides only when both were measured twice;
+      // otherwise each side's first pass, the ones that ran beside each other.
+      const alike = baseName !== undefined && twice(chainId, w) && twice(baseName, w);
+      const paired = baseName !== undefined && results.has(`${baseName}/${w.id}`) && !alike;
+      const m = bestOf(results, chainId, w, paired);
       if (!m) continue;
       const r = m.result;
-      const baseName = chainId === 'direct' ? undefined : chainId === 'haproxy' ? 'direct' : 'haproxy';
-      const base = baseName ? get(baseName) : undefined;
+      const baseM = baseName ? bestOf(results, baseName, w, paired) : undefined;
+      const base = valid(baseM) ? baseM?.result : undefined;
       const again = results.get(`${chainId}/${w.id}${AGAIN}`)?.result;
       const first = results.get(`${chainId}/${w.id}`)?.result;
       const runs =
-        again && first ? { runs: [throughput(w, first), throughput(w, again)], best: true } : undefined;
-      rows.push(
-        row({
-          suite: 'scenarios',
-          name: `${w.id} ${chainId}`,
-          value: r ? throughput(w, r) : Number.NaN,
-          unit: w.unit,
-          baseline: base && baseName ? { name: baseName, value: throughput(w, base) } : undefined,
-          target: targetFor(chainId, w.id),
-          extra: { ...extraOf(chainId, w, m), ...runs },
-        }),
-      );
+        again && first ? { runs: [throughput(w, first), throughput(w, again)], best: alike } : undefined;
+      const built = row({
+        suite: 'scenarios',
+        name: `${w.id} ${chainId}`,
+        value: r ? throughput(w, r) : Number.NaN,
+        unit: w.unit,
+        baseline: base && baseName ? { name: baseName, value: throughput(w, base) } : undefined,
+        target: targetFor(chainId, w.id),
+        extra: { ...extraOf(chainId, w, m), ...runs },
+      });
+      // A failed measurement (this chain's or its baseline's) is no figure: the target is not met, and
+      // the row says why.
+      const broken = !valid(m)
+        ? invalidReason(m)
+        : baseName && !valid(baseM)
+          ? `baseline: ${invalidReason(baseM)}`
+          : undefined;
+      if (broken !== undefined) {
+        built.extra = { ...built.extra, invalid: broken };
+        if (built.target) built.met = false;
+      }
+      rows.push(built);
     }
     if (w.id !== 'null-c64') continue;
     // The latency target: p99 at 64 outstanding within 2x the haproxy chain's (each the lower p99 of its
@@ -335,20 +381,29 @@ export function buildRows(plan: Plan, results: Map<string, Measured>): BenchRow[
     const hps = p99sOf(results, 'haproxy', w);
     const hp = hps.length > 0 ? Math.min(...hps) : undefined;
     for (const chainId of plan.chainIds.filter((c) => c.startsWith('gw-'))) {
+      if (!results.has(`${chainId}/${w.id}`)) continue;
       const p99s = p99sOf(results, chainId, w);
-      if (p99s.length === 0) continue;
-      const p99 = Math.min(...p99s);
-      rows.push(
-        row({
-          suite: 'scenarios',
-          name: `${w.id} p99 ${chainId}`,
-          value: p99,
-          unit: 'µs p99',
-          baseline: hp !== undefined ? { name: 'haproxy', value: hp } : undefined,
-          target: { of: 'ratio', op: '<=', value: 2 },
-          extra: { scenario: chainId, workload: `${w.id}-p99`, runs: p99s, baselineRuns: hps },
-        }),
-      );
+      const built = row({
+        suite: 'scenarios',
+        name: `${w.id} p99 ${chainId}`,
+        value: p99s.length > 0 ? Math.min(...p99s) : Number.NaN,
+        unit: 'µs p99',
+        baseline: hp !== undefined ? { name: 'haproxy', value: hp } : undefined,
+        target: { of: 'ratio', op: '<=', value: 2 },
+        extra: { scenario: chainId, workload: `${w.id}-p99`, runs: p99s, baselineRuns: hps },
+      });
+      // No valid pass on one side: no p99 to compare (an empty histogram would read 0 and look met).
+      const broken =
+        p99s.length === 0
+          ? invalidReason(results.get(`${chainId}/${w.id}`))
+          : hp === undefined && results.has(`haproxy/${w.id}`)
+            ? `baseline: ${invalidReason(results.get(`haproxy/${w.id}`))}`
+            : undefined;
+      if (broken !== undefined) {
+        built.extra = { ...built.extra, invalid: broken };
+        built.met = false;
+      }
+      rows.push(built);
     }
   }
   for (const chainId of plan.chainIds.filter(hasIdleRun)) {

@@ -3,6 +3,7 @@
  * endpoint serving the test program; its arguments, its summary, and its exit status, including when the
  * endpoint is missing or refuses the calls.
  */
+import { type AddressInfo, createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import test from 'ava';
 import {
@@ -13,6 +14,7 @@ import {
 } from '../../bench/loadgen/command.js';
 import type { LoadResult } from '../../bench/loadgen/spec.js';
 import { serveTestProgram } from '../../gateway/test-program/server.js';
+import { frameRecord, RecordDecoder } from '../../tcp-frontend/record-marking.js';
 import { freePort } from '../helpers/ports.js';
 import { runScript } from '../helpers/run-script.js';
 
@@ -198,7 +200,8 @@ test('calls the endpoint refuses: exit 1, saying why', async (t) => {
     '0.2',
   ]);
   t.is(run.code, 1);
-  t.regex(run.stderr, /no call completed in the measured window; during the warm-up: /);
+  // A call that failed in the warm-up is a failure of the run too (the window ran short of a connection).
+  t.regex(run.stderr, /1 calls FAILED; the first: during the warm-up: /);
 });
 
 test('an endpoint that is not there, or a bad argument: exit 1 or 2 with the reason, no stack trace', async (t) => {
@@ -214,4 +217,40 @@ test('an endpoint that is not there, or a bad argument: exit 1 or 2 with the rea
   const help = await runCli(['--help']);
   t.is(help.code, 0);
   t.is(help.stdout, `${LOADGEN_USAGE}\n`);
+});
+
+test('replies that never come are failures, not a faster row: calls sent before the window and still waiting at its end', async (t) => {
+  // A server that answers NULL calls but swallows every fourth: each swallowed call takes a slot for good.
+  let seen = 0;
+  const server = createServer((s) => {
+    s.on('error', () => {});
+    const decoder = new RecordDecoder((record) => {
+      if (++seen % 4 === 0) return;
+      const reply = Buffer.alloc(24);
+      reply.writeUInt32BE(record.readUInt32BE(0), 0);
+      reply.writeUInt32BE(1, 4); // REPLY; MSG_ACCEPTED, AUTH_NONE verifier, SUCCESS: zeros
+      s.write(Buffer.concat(frameRecord(reply)));
+    });
+    s.on('data', (d: Buffer) => decoder.push(d));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => server.close());
+  const { port } = server.address() as AddressInfo;
+  const run = await runCli([
+    '--target',
+    `127.0.0.1:${port}`,
+    '--connections',
+    '1',
+    '--depth',
+    '8',
+    '--seconds',
+    '0.3',
+    '--warmup',
+    '0.3',
+  ]);
+  t.is(run.code, 1);
+  t.regex(
+    run.stderr,
+    /calls FAILED; the first: \d+ call\(s\) sent before the measured window got no reply within it/,
+  );
 });
