@@ -85,6 +85,10 @@ export class NativeConnection implements Connection, CmIdOwner {
 
   /** Active side: resolve (names through DNS first: rdma_cm wants literals), then the CM sequence. */
   async start(options: ConnectOptions): Promise<void> {
+    // Never inside `connect()`: an address that fails at once (ENETUNREACH for a literal) must reach the
+    // caller's onEvent after `connect` has returned the connection (verbs/types.ts: events are
+    // asynchronous).
+    await Promise.resolve();
     try {
       const host = isIP(options.host) ? options.host : (await lookup(options.host)).address;
       if (this.destroyed) return;

@@ -156,9 +156,22 @@ export class NativeDevice implements Device, ConnectionHost {
     for (const ev of events) {
       const key = ev.listenId ?? ev.id;
       const owner = key ? this.owners.get(key) : undefined;
-      owner?.onCmEvent(ev);
+      try {
+        owner?.onCmEvent(ev);
+      } catch (e) {
+        // Each event was acknowledged before JavaScript ran (it is never delivered again): one handler's
+        // throw must not cost the rest of the batch its events, nor reach the addon's callback, where it
+        // would be a fatal exception for the whole process.
+        this.handlerErrors++;
+        process.emitWarning(`rpcrdma native provider: a CM event handler threw: ${String(e)}`, {
+          code: 'RPCRDMA_CM_HANDLER',
+        });
+      }
     }
   }
+
+  /** CM event handlers that threw (each reported as a process warning). */
+  handlerErrors = 0;
 
   private updateRef(): void {
     // Connections and listeners keep the process alive, like sockets; an idle device does not.
@@ -188,7 +201,15 @@ export class NativeDevice implements Device, ConnectionHost {
     }
     let conn: NativeConnection | undefined;
     const id = this.createId({ onCmEvent: (ev) => conn?.onCmEvent(ev) });
-    conn = new NativeConnection(this, id, options, options, options.timeoutMs ?? 10_000);
+    try {
+      conn = new NativeConnection(this, id, options, options, options.timeoutMs ?? 10_000);
+    } catch (e) {
+      // Refused before anything started (a capability over the device's limits): the id goes at once,
+      // or it would keep the channel referenced (the process alive) and the device busy for ever.
+      this.forget(id);
+      id.destroy();
+      throw e;
+    }
     this.adopt(id, conn);
     void conn.start(options);
     return conn;
