@@ -49,6 +49,9 @@ export function onCompletions(c: RpcRdmaConnection): void {
     }
     n = c.cq.poll(c.wcs);
   }
+  // Completions were lost (a CQ overrun, or the device failed a poll): credits, Receives and
+  // registrations can no longer be accounted for, and the QP is in error. No completion will say so.
+  if (c.cq.overrun) c.close('completion queue in error: completions were lost');
 }
 
 export function onCompletion(c: RpcRdmaConnection, wc: WorkCompletion): void {

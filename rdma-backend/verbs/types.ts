@@ -231,8 +231,9 @@ export interface CompletionQueue {
   /** Sets the single handler (the completion channel); replaces any previous one. */
   setNotifyHandler(handler: (cq: CompletionQueue) => void): void;
   /**
-   * Set when completions were lost because the CQ was full (IBV_EVENT_CQ_ERR): a fatal, sticky state;
-   * the QPs using it were moved to ERR.
+   * Set when completions were lost because the CQ was full (IBV_EVENT_CQ_ERR), or polling it failed: a
+   * fatal, sticky state; the QPs using it were moved to ERR. The notify handler is called once when it
+   * is set, so its user can tear down without waiting for a completion that will not come.
    */
   readonly overrun: boolean;
   /** `ibv_destroy_cq`; fails with VERBS_BUSY while QPs use it. */

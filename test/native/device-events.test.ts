@@ -1,5 +1,5 @@
 /**
- * The native provider's JavaScript side of connection management, on the paths that need an RDMA device
+ * The native provider's JavaScript side of connection management and CQ errors, on the paths that need an RDMA device
  * this machine does not have (CI's case too). Only the addon boundary is stood in for — an object with
  * the addon's shape, whose CM ids record what is done to them and whose event channel the test drives —
  * and NativeDevice / NativeConnection are the product's code. The addon's own behaviour is covered by
@@ -19,15 +19,23 @@ import {
   CmEventType,
   type CompletionQueue,
   type ConnectOptions,
+  createWorkCompletions,
   type ProtectionDomain,
   VerbsError,
 } from '../../rdma-backend/verbs/index.js';
+
+/** IBV_EVENT_CQ_ERR in enum ibv_event_type (verbs.h). */
+const IBV_EVENT_CQ_ERR = 0;
 
 interface StandIn {
   device: NativeDevice;
   liveIds: Set<NativeCmId>;
   deliver(events: NativeCmEvent[]): void;
   channelReferenced(): boolean;
+  /** The device's asynchronous event callback (ibv_get_async_event). */
+  asyncEvent(type: number, element: number): void;
+  /** What the next ibv_poll_cq of any CQ returns (-1: the CQ is in error). */
+  pollResult: number;
 }
 
 function errnoError(code: string, errno: number, syscall: string): Error {
@@ -36,6 +44,8 @@ function errnoError(code: string, errno: number, syscall: string): Error {
 
 function standInDevice(opts: { resolveFailsAtOnce?: boolean } = {}): StandIn {
   const liveIds = new Set<NativeCmId>();
+  let onAsync: ((type: number, element: number) => void) | undefined;
+  let cqIds = 0;
   let onEvents: ((events: NativeCmEvent[]) => void) | undefined;
   let referenced = false;
   const addon = {
@@ -102,16 +112,29 @@ function standInDevice(opts: { resolveFailsAtOnce?: boolean } = {}): StandIn {
       deviceCapFlags: 0,
       maxMw: 0,
     }),
-    watchAsyncEvents() {},
+    createCq: () => ({
+      cqe: 64,
+      id: ++cqIds,
+      poll: () => standIn.pollResult,
+      arm() {},
+      setRef() {},
+      destroy() {},
+    }),
+    watchAsyncEvents(cb: (type: number, element: number) => void) {
+      onAsync = cb;
+    },
     close() {},
   } as unknown as NativeContext;
   const device = new NativeDevice(addon, context, 'mlx5_0');
-  return {
+  const standIn: StandIn = {
     device,
     liveIds,
     deliver: (events) => onEvents!(events),
     channelReferenced: () => referenced,
+    asyncEvent: (type, element) => onAsync!(type, element),
+    pollResult: 0,
   };
+  return standIn;
 }
 
 const pd = {} as ProtectionDomain;
@@ -188,4 +211,38 @@ test('an address that fails at once is reported after connect() has returned, no
   conn.destroy();
   t.is(s.liveIds.size, 0);
   t.notThrows(() => s.device.close());
+});
+
+test('a CQ whose poll fails is in error: poll returns what it had, and the handler is woken once to see it', async (t) => {
+  const s = standInDevice();
+  const cq = s.device.createCq(64);
+  let woken = 0;
+  cq.setNotifyHandler(() => woken++);
+  const wcs = createWorkCompletions(4);
+  t.is(cq.poll(wcs), 0);
+  t.false(cq.overrun);
+  s.pollResult = -1;
+  t.is(cq.poll(wcs), 0, 'no garbage records are returned');
+  t.true(cq.overrun, 'sticky: the CQ is in error');
+  t.is(cq.poll(wcs), 0);
+  await new Promise((r) => setImmediate(r));
+  t.is(woken, 1, 'no completion event will come: the handler is called once');
+  cq.destroy();
+});
+
+test('IBV_EVENT_CQ_ERR marks that CQ (not another) in error and wakes its handler', async (t) => {
+  const s = standInDevice();
+  const a = s.device.createCq(64);
+  const b = s.device.createCq(64);
+  let wokenA = 0;
+  let wokenB = 0;
+  a.setNotifyHandler(() => wokenA++);
+  b.setNotifyHandler(() => wokenB++);
+  s.asyncEvent(IBV_EVENT_CQ_ERR, (b as unknown as { native: { id: number } }).native.id);
+  await new Promise((r) => setImmediate(r));
+  t.false(a.overrun);
+  t.true(b.overrun);
+  t.deepEqual([wokenA, wokenB], [0, 1]);
+  a.destroy();
+  b.destroy();
 });

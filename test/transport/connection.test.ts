@@ -1,8 +1,9 @@
 import test from 'ava';
+import type { SoftCq } from '../../rdma-backend/providers/soft/cq.js';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
 import { peerVersions } from '../../rdma-backend/transport/index.js';
 import { ChunkRegistrar } from '../../rdma-backend/transport/registration.js';
-import { delay, loopback, pattern, replyData, TestCall } from './loopback.js';
+import { delay, encodeReply, loopback, pattern, replyData, TestCall } from './loopback.js';
 
 test('inline call and reply, Version 2 negotiated with CONNPROP both ways', async (t) => {
   const lb = await loopback();
@@ -194,6 +195,33 @@ test('a call whose reply bound is beyond any chunk offers a Reply chunk of the l
     const [o] = await lb.collector.wait(1);
     t.falsy(o.error, o.error?.message);
     t.deepEqual(replyData(o.reply as Buffer), Buffer.from('small reply, huge bound'));
+  } finally {
+    await lb.close();
+  }
+});
+
+test('a CQ in error (completions lost) closes the connection: the calls it held are reported for retransmission', async (t) => {
+  const lb = await loopback();
+  lb.responder.hold = true;
+  try {
+    lb.client.submit(TestCall.echo(1, Buffer.from('a')));
+    lb.client.submit(TestCall.echo(2, Buffer.from('b')));
+    while (lb.responder.held.length < 2) await delay(5);
+    // What IBV_EVENT_CQ_ERR does to a device's CQ; the soft provider sets it only when its ring is full,
+    // which the transport's sizing never lets happen.
+    (lb.client.cq as SoftCq).overrun = true;
+    // The next completion (this reply's Receive) is the first the transport sees after the loss.
+    const [first] = lb.responder.held;
+    lb.server.reply(first, encodeReply(first.xid, Buffer.from('a')));
+    const outs = await lb.collector.wait(2);
+    t.falsy(outs.find((o) => o.call.xid === 1)?.error, 'a reply received before the check is delivered');
+    const lost = outs.find((o) => o.call.xid === 2);
+    t.is(lost?.error?.code, 'ERR_TRANSPORT_CONNECTION_LOST');
+    t.true(lost?.error?.retransmit);
+    t.regex(lost?.error?.message ?? '', /completion queue in error/);
+    t.is(lb.client.state, 'closed');
+    t.regex(lb.client.closeReason, /completion queue in error: completions were lost/);
+    t.is(lb.client.snapshot().registrations.inUse, 0);
   } finally {
     await lb.close();
   }

@@ -202,9 +202,12 @@ void CmChannel::OnReadable(void* p) {
       try {
         id_obj = data->cm_id.New({Tag(env), Napi::External<rdma_cm_id>::New(env, ev->id), self->Value()});
       } catch (const Napi::Error&) {
+        // rdma_ack_cm_event frees `ev`: the new id is taken first, rejected while the event is held, and
+        // destroyed only after the ack (rdma_destroy_id waits for its events to be acknowledged).
+        rdma_cm_id* refused = ev->id;
+        rdma_reject(refused, nullptr, 0);
         rdma_ack_cm_event(ev);
-        rdma_reject(ev->id, nullptr, 0);
-        rdma_destroy_id(ev->id);
+        rdma_destroy_id(refused);
         continue;
       }
     } else if (ev->id != nullptr && ev->id->context != nullptr) {

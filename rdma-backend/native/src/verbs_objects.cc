@@ -243,7 +243,8 @@ Napi::Value Context::AllocPd(const Napi::CallbackInfo& info) {
 
 // createCq(cqe, completions: Uint32Array, onWake(count), drainOnWake = true): a CQ with its own
 // completion channel, watched. drainOnWake: the CQ is re-armed and drained on every wake-up, and
-// onWake(count) receives each batch in `completions` (up to completions.length / WC_STRIDE records).
+// onWake(count) receives each batch in `completions` (up to completions.length / WC_STRIDE records),
+// or -1 once when the CQ is in error (a failed poll or re-arm).
 // Otherwise (the ibv_req_notify_cq pattern of the verbs interface) the CQ starts unarmed, and onWake(0)
 // is called once per wake-up after the channel events are taken: the handler re-arms with arm(), then
 // polls with poll(max).
@@ -583,11 +584,11 @@ ibv_cq* Cq::get(Napi::Env env) {
   return cq_;
 }
 
-uint32_t Cq::DrainInto(uint32_t max) {
+int Cq::DrainInto(uint32_t max) {
   int n = ibv_poll_cq(cq_, static_cast<int>(max < capacity_ ? max : capacity_), wcs_.data());
-  if (n <= 0) return 0;  // < 0 means the CQ is in error: the async event reports it
+  if (n <= 0) return n < 0 ? -1 : 0;  // < 0: the CQ is in error (providers return -1 or -errno)
   for (int i = 0; i < n; ++i) WriteCompletion(completions_, static_cast<uint32_t>(i), wcs_[i]);
-  return static_cast<uint32_t>(n);
+  return n;
 }
 
 // One wake-up: take every pending channel event (non-blocking, until EAGAIN), re-arm, then drain. Arming
@@ -606,20 +607,27 @@ void Cq::OnReadable(void* p) {
     CallFromLoop(env, self->on_completions_, self->Value(), {Napi::Number::New(env, 0)});
     return;
   }
-  ibv_req_notify_cq(self->cq_, 0);
+  if (ibv_req_notify_cq(self->cq_, 0) != 0) {
+    // Not armed, no event would ever come again: the handler is told the CQ is in error (as for a poll).
+    Napi::HandleScope scope(env);
+    CallFromLoop(env, self->on_completions_, self->Value(), {Napi::Number::New(env, -1)});
+    return;
+  }
   // Each full batch is handed to JS before the next poll overwrites the array. Draining continues until
   // a poll returns less than a full batch: after re-arming, completions already in the CQ raise no new
   // event, so stopping early would strand them.
   while (self->cq_ != nullptr) {
-    uint32_t n = self->DrainInto(self->capacity_);
+    int n = self->DrainInto(self->capacity_);
     if (n == 0) return;
     Napi::HandleScope scope(env);
+    // -1 tells the handler the CQ is in error (as poll() does); no drain follows it.
     CallFromLoop(env, self->on_completions_, self->Value(), {Napi::Number::New(env, n)});
-    if (n < self->capacity_) return;
+    if (n < 0 || static_cast<uint32_t>(n) < self->capacity_) return;
   }
 }
 
-// poll(max = capacity): ibv_poll_cq into the shared array; returns the number of records written.
+// poll(max = capacity): ibv_poll_cq into the shared array; returns the number of records written, or -1
+// when the CQ is in error (its completions can no longer be trusted: the caller treats it as overrun).
 Napi::Value Cq::Poll(const Napi::CallbackInfo& info) {
   get(info.Env());
   uint32_t max = info.Length() > 0 && !info[0].IsUndefined() ? ArgU32(info, 0, "max") : capacity_;

@@ -105,7 +105,7 @@ class Cq : public Napi::ObjectWrap<Cq>, public Resource {
   Napi::Value SetRef(const Napi::CallbackInfo& info);
   Napi::Value Destroy(const Napi::CallbackInfo& info);
   static void OnReadable(void* self);
-  uint32_t DrainInto(uint32_t max);  // one ibv_poll_cq of up to max completions into the shared array
+  int DrainInto(uint32_t max);  // one ibv_poll_cq of up to max into the shared array; -1: CQ in error
   void AckEvents();
 
   ibv_cq* cq_ = nullptr;

@@ -97,6 +97,7 @@ export interface NativeContext {
   createCq(
     cqe: number,
     completions: Uint32Array,
+    /** drainOnWake: each batch's record count, or -1 once when the CQ is in error. Otherwise 0. */
     onWake: (count: number) => void,
     drainOnWake?: boolean,
   ): NativeCq;
@@ -124,6 +125,7 @@ export interface NativeMw {
 export interface NativeCq {
   readonly cqe: number;
   readonly id: number;
+  /** Records written into the shared array, or -1 when ibv_poll_cq failed (the CQ is in error). */
   poll(max?: number): number;
   arm(solicitedOnly: boolean): void;
   setRef(ref: boolean): void;

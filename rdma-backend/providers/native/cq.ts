@@ -42,9 +42,14 @@ export class NativeCompletionQueue implements CompletionQueue {
     return this.overrunFlag;
   }
 
-  /** IBV_EVENT_CQ_ERR for this CQ (from the device's async events). */
+  /**
+   * IBV_EVENT_CQ_ERR for this CQ (from the device's async events), or a failed ibv_poll_cq. No
+   * completion event will follow, so the handler is woken once: its user sees `overrun` and tears down.
+   */
   markOverrun(): void {
+    if (this.overrunFlag) return;
     this.overrunFlag = true;
+    queueMicrotask(() => this.handler?.(this));
   }
 
   private onWake(): void {
@@ -58,6 +63,10 @@ export class NativeCompletionQueue implements CompletionQueue {
       while (filled < want) {
         const ask = Math.min(want - filled, POLL_BATCH);
         const n = this.native.poll(ask);
+        if (n < 0) {
+          this.markOverrun();
+          break;
+        }
         for (let i = 0; i < n; i++) this.copy(i, out[filled + i]);
         filled += n;
         if (n < ask) break;

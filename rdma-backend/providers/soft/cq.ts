@@ -36,7 +36,14 @@ export class SoftCq implements CompletionQueue {
     // Nobody polls a destroyed CQ: a late (flush) completion is written to scratch and dropped by commit().
     if (this.destroyed) return DISCARDED;
     if (this.count === this.depth) {
-      this.overrun = true;
+      if (!this.overrun) {
+        this.overrun = true;
+        // The interface's promise: the handler learns of it without waiting for a completion.
+        if (!this.scheduled && this.handler) {
+          this.scheduled = true;
+          queueMicrotask(this.fire);
+        }
+      }
       return undefined;
     }
     // From a LIFO free list rather than the ring slot: cycling through thousands of completion objects
