@@ -1,6 +1,6 @@
 /**
- * The native provider's JavaScript side of connection management and CQ errors, on the paths that need an RDMA device
- * this machine does not have (CI's case too). Only the addon boundary is stood in for — an object with
+ * The native provider's JavaScript side of connection management and CQ errors, on the paths that need
+ * an RDMA device this machine does not have (CI's case too). Only the addon boundary is stood in for — an object with
  * the addon's shape, whose CM ids record what is done to them and whose event channel the test drives —
  * and NativeDevice / NativeConnection are the product's code. The addon's own behaviour is covered by
  * addon.test.ts and, with a device, conformance.test.ts.
