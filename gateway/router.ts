@@ -527,7 +527,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       this.stats.orphanedReplies++;
       this.recordPool?.release(reply);
     } else {
-      if (r.sessionOp !== SessionOp.NONE && r.sessionOp !== SessionOp.SEQUENCE)
+      // A SEQUENCE reply is read only for a session the router does not know (see sessionReply).
+      if (r.sessionOp !== SessionOp.NONE && (r.sessionOp !== SessionOp.SEQUENCE || r.session === null))
         this.sessionReply(r, link, reply);
       if (!r.gss) reply.writeUInt32BE(r.clientXid, 0);
       client.replies++;
@@ -591,7 +592,13 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     this.pump();
   }
 
-  /** Learns or forgets a session from the reply to a CREATE_SESSION, BIND_CONN_TO_SESSION or DESTROY_SESSION. */
+  /**
+   * Learns or forgets a session from the reply to a CREATE_SESSION, BIND_CONN_TO_SESSION or
+   * DESTROY_SESSION; and learns one again from a successful SEQUENCE naming a session the router does not
+   * know. That is a client that reconnected to the gateway: the server never saw it go (the RDMA
+   * connection stayed up), so it binds nothing again, and its CB_SEQUENCE callbacks would otherwise find
+   * no owner until a refused callback made it report the path down and the client rebind.
+   */
   private sessionReply(r: CallRecord, link: ConnectionLink | null, reply: Buffer): void {
     const client = r.client as ClientState;
     const outcome = sessionOfReply(reply, r.sessionOp, r.sessionId);
@@ -605,6 +612,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       return;
     }
     const known = this.sessions.find(r.sessionId) !== null;
+    // Another client may have named it meanwhile (and the router learned it then): it keeps it.
+    if (known && r.sessionOp === SessionOp.SEQUENCE) return;
     const s = this.sessions.learn(r.sessionId, client, link);
     if (!known) this.stats.sessionsLearned++;
     if (outcome === SessionReply.BACK && link !== null) link.backchannel = s;

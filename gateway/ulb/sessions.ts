@@ -98,8 +98,9 @@ export function sessionOpOfCall(call: RpcCallHeader, msg: Buffer, out: Buffer): 
 
 /**
  * The outcome of a session operation's reply. For CREATE / BIND: the session id granted is copied to
- * `out` and the result says whether the connection now carries the backchannel. For DESTROY: whether the
- * COMPOUND succeeded.
+ * `out` and the result says whether the connection now carries the backchannel. For SEQUENCE: the
+ * session the server accepted the call in (fore channel only). For DESTROY: whether the COMPOUND
+ * succeeded.
  */
 export const SessionReply = {
   /** Not a successful reply of the expected shape: change nothing. */
@@ -113,7 +114,7 @@ export type SessionReply = (typeof SessionReply)[keyof typeof SessionReply];
 
 /** Reads a session operation's reply (`op` is what `sessionOpOfCall` said about its call). */
 export function sessionOfReply(reply: Buffer, op: SessionOp, out: Buffer): SessionReply {
-  if (op === SessionOp.NONE || op === SessionOp.SEQUENCE) return SessionReply.FAILED;
+  if (op === SessionOp.NONE) return SessionReply.FAILED;
   const end = reply.length;
   let p = successResultsOffset(reply, 0, end);
   if (p < 0 || p + 4 > end) return SessionReply.FAILED;
@@ -121,13 +122,20 @@ export function sessionOfReply(reply: Buffer, op: SessionOp, out: Buffer): Sessi
   if (op === SessionOp.DESTROY) return SessionReply.FORE;
   p = afterTag(reply, p + 4, end);
   if (p < 0 || p + 12 + SESSIONID_SIZE + 8 > end) return SessionReply.FAILED;
-  const wantOp = op === SessionOp.CREATE ? OP_CREATE_SESSION : OP_BIND_CONN_TO_SESSION;
+  const wantOp =
+    op === SessionOp.CREATE
+      ? OP_CREATE_SESSION
+      : op === SessionOp.BIND
+        ? OP_BIND_CONN_TO_SESSION
+        : Nfs4Op.SEQUENCE;
   // resarray<>: count, then the first result: resop, status, resok.
   if (u32(reply, p) === 0 || u32(reply, p + 4) !== wantOp || u32(reply, p + 8) !== 0)
     return SessionReply.FAILED;
   p += 12;
   reply.copy(out, 0, p, p + SESSIONID_SIZE);
   p += SESSIONID_SIZE;
+  // SEQUENCE4resok (sr_sessionid first, RFC 8881 §18.46.2) binds the fore channel only (§2.10.3.1).
+  if (op === SessionOp.SEQUENCE) return SessionReply.FORE;
   if (op === SessionOp.CREATE) {
     // csr_sequence, csr_flags
     return (u32(reply, p + 4) & CREATE_SESSION4_FLAG_CONN_BACK_CHAN) !== 0

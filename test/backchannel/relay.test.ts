@@ -341,3 +341,38 @@ test.serial(
     }
   },
 );
+
+test.serial(
+  'a client that reconnects and goes on with its session gets that session’s callbacks again',
+  async (t) => {
+    const { g, up, port } = await chain();
+    const a = await ScriptedClient.connect(port);
+    let again: ScriptedClient | undefined;
+    try {
+      const sa = await a.createSession(0xf6n);
+      a.socket.destroy();
+      await waitFor(() => g.router.snapshot().sessionsDropped === 1, 'the session forgotten with its client');
+      // The server never saw the client go (its RDMA connection stayed up), so nothing is bound again:
+      // the client just goes on with SEQUENCE on its new TCP connection (RFC 8881 §2.10.3.1, SP4_NONE).
+      again = await ScriptedClient.connect(port);
+      again.sid = sa;
+      await again.call(...again.sequence(2));
+      t.is(g.router.snapshot().sessions, 1, 'learned again from the SEQUENCE reply');
+      t.is(g.router.snapshot().sessionsLearned, 2);
+      const fh = Buffer.from('a file handle');
+      up.send(
+        up.socketOf(sa),
+        cbCompound(0xf6000001, 1, [cbOp.sequence(sa), cbOp.recall(Buffer.alloc(12, 3), fh)]),
+      );
+      await waitFor(() => up.cbReplies.length === 1, 'the recall answered');
+      t.is(again.callbacks.length, 1, 'the reconnected client got the recall');
+      t.is(up.cbReplies[0].xid, 0xf6000001);
+      t.is(g.router.snapshot().backchannelOrphans, 0);
+      // Only an unknown session's SEQUENCE reply is read: the next ones change nothing.
+      await again.call(...again.sequence(1));
+      t.is(g.router.snapshot().sessionsLearned, 2);
+    } finally {
+      await stop(g, up, again ? [a, again] : [a]);
+    }
+  },
+);

@@ -91,8 +91,25 @@ test('hand-made: replies give the session and whether the connection carries the
     sessionOfReply(compoundReply(1, 10052, [xdr(44, 10052)]), SessionOp.DESTROY, out),
     SessionReply.FAILED,
   );
+  // SEQUENCE: the session the server accepted the call in; fore channel only. NFS4ERR_BADSESSION (10052)
+  // in the SEQUENCE result, or a COMPOUND that failed later (NFS4ERR_NOENT, 2), teaches nothing.
+  const seqOut = Buffer.alloc(16);
+  t.is(
+    sessionOfReply(compoundReply(1, 0, [res.sequence(sid), res.putrootfh()]), SessionOp.SEQUENCE, seqOut),
+    SessionReply.FORE,
+  );
+  t.deepEqual(seqOut, sid);
+  t.is(
+    sessionOfReply(compoundReply(1, 10052, [xdr(53, 10052)]), SessionOp.SEQUENCE, out),
+    SessionReply.FAILED,
+  );
+  t.is(
+    sessionOfReply(compoundReply(1, 2, [res.sequence(sid), xdr(24, 2)]), SessionOp.SEQUENCE, out),
+    SessionReply.FAILED,
+  );
   // A reply of another operation (the call was misclassified) is not believed.
   t.is(sessionOfReply(compoundReply(1, 0, [res.putrootfh()]), SessionOp.CREATE, out), SessionReply.FAILED);
+  t.is(sessionOfReply(compoundReply(1, 0, [res.putrootfh()]), SessionOp.SEQUENCE, out), SessionReply.FAILED);
   // A denied RPC reply (AUTH_ERROR) is not a success.
   t.is(sessionOfReply(xdr(1, 1, 1, 1, 1), SessionOp.CREATE, out), SessionReply.FAILED);
 });
