@@ -313,6 +313,7 @@ export class GatewayControlAdapter implements GatewayControl {
           backchannel_orphans: r.backchannelOrphans,
           backchannel_unanswered: r.backchannelUnanswered,
           backchannel_replies_lost: r.backchannelRepliesLost,
+          backchannel_timed_out: r.backchannelTimedOut,
           sessions_learned: r.sessionsLearned,
           sessions_destroyed: r.sessionsDestroyed,
           sessions_dropped: r.sessionsDropped,

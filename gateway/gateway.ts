@@ -56,6 +56,8 @@ export interface GatewayOptions {
   embeddedGrant?: number;
   /** The router's hold-time sweep period (default 250 ms); tests lengthen it to prove nothing waits on it. */
   routerTickMs?: number;
+  /** How long a relayed callback waits for its client (default 30 s); tests shorten it. */
+  callbackTimeoutMs?: number;
 }
 
 export interface GatewaySnapshot {
@@ -206,6 +208,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     recordPool,
     holdTimeMs: config.rdma.holdTimeMs,
     tickMs: o.routerTickMs,
+    callbackTimeoutMs: o.callbackTimeoutMs,
     maxReplyBytes: config.frontend.maxReplyBytes,
     // A reply the ULB cannot bound can be as large as the Reply chunk the transport offers.
     unknownReplyBytes: transport.maxChunkSize,

@@ -70,6 +70,11 @@ export interface RouterOptions {
    */
   tickMs?: number;
   /**
+   * How long a relayed callback waits for its client's answer before it is refused to free its backward
+   * credit (checked on the tick). Default 30 s (`DEFAULT_CALLBACK_TIMEOUT_MS`).
+   */
+  callbackTimeoutMs?: number;
+  /**
    * The frontend's record pool: each call's record goes back to it when the call is over, and replies are
    * assembled in it (the frontend gives them back once written).
    */
@@ -150,6 +155,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     backchannelUnanswered: 0,
     backchannelRepliesDropped: 0,
     backchannelRepliesLost: 0,
+    backchannelTimedOut: 0,
     sessionsLearned: 0,
     sessionsDestroyed: 0,
     sessionsDropped: 0,
@@ -198,7 +204,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
    */
   readonly callStats = new CallStats();
   /** Backward calls from the pool's connections (also the pool's default responder handler). */
-  readonly backchannel = new BackchannelRelay(this.sessions, this.stats);
+  readonly backchannel: BackchannelRelay;
   private pool: ConnectionPool | null = null;
   private timer: NodeJS.Timeout | null = null;
   private stopWatchingPool: (() => void) | null = null;
@@ -215,6 +221,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     this.maxReplyBytes = options.maxReplyBytes ?? DEFAULT_MAX_REPLY_BYTES;
     this.unknownReplyBytes = options.unknownReplyBytes ?? DEFAULT_UNKNOWN_REPLY_BYTES;
     this.tickMs = options.tickMs ?? 250;
+    this.backchannel = new BackchannelRelay(this.sessions, this.stats, options.callbackTimeoutMs);
     this.recordPool = options.recordPool;
     this.records = new CallRecordPool(options.recordPool?.release);
   }
@@ -718,6 +725,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
 
   private tick(): void {
     this.refreshLinks();
+    this.backchannel.expire(performance.now());
     if (this.stats.queued > 0) {
       this.expireHeld();
       // A socket that emptied without ever blocking sends no drain: look at the waiting clients here.

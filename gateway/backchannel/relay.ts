@@ -41,12 +41,23 @@ export interface BackchannelStats {
   backchannelRepliesDropped: number;
   /** Client replies whose RDMA connection had closed meanwhile (the server retries on its own). */
   backchannelRepliesLost: number;
+  /** Backward calls a live client left unanswered past the callback timeout (refused likewise). */
+  backchannelTimedOut: number;
 }
+
+/**
+ * How long a relayed callback may wait for its client's answer before it is refused to free its backward
+ * credit. The server has given up on that RPC well before: Linux nfsd gives it lease/10 (9 s by default;
+ * `max_cb_time` in fs/nfsd/nfs4callback.c). The same order as the router's hold time.
+ */
+export const DEFAULT_CALLBACK_TIMEOUT_MS = 30_000;
 
 /** A backward call relayed to a client, waiting for its reply. */
 export interface PendingCallback {
   readonly inbound: InboundCall;
   readonly link: ConnectionLink;
+  /** When it was relayed (`performance.now()`). */
+  readonly at: number;
 }
 
 /** One per RDMA connection: the transport reports backward calls per connection through it. */
@@ -65,10 +76,13 @@ export class BackchannelRelay implements ResponderHandler {
   private readonly header = new RpcCallHeader();
   private readonly id = Buffer.alloc(SESSIONID_SIZE);
   private readonly one: Buffer[] = [Buffer.alloc(0)];
+  /** Clients with callbacks waiting for an answer (what `expire` looks at). */
+  private readonly waiting = new Set<ClientState>();
 
   constructor(
     private readonly sessions: SessionTable,
     private readonly stats: BackchannelStats,
+    readonly callbackTimeoutMs = DEFAULT_CALLBACK_TIMEOUT_MS,
   ) {}
 
   /** The responder handler to install on `link`'s connection. */
@@ -125,7 +139,8 @@ export class BackchannelRelay implements ResponderHandler {
       client.nextCallbackXid = xid;
       msg.writeUInt32BE(xid, 0); // the transport gave us this buffer: it is ours to rewrite
     }
-    pending.set(xid, { inbound: call, link });
+    pending.set(xid, { inbound: call, link, at: performance.now() });
+    this.waiting.add(client);
     this.stats.backchannelCalls++;
     this.one[0] = msg;
     client.conn.sendRecord(this.one);
@@ -140,6 +155,7 @@ export class BackchannelRelay implements ResponderHandler {
       this.stats.backchannelRepliesDropped++;
     } else {
       client.callbacks?.delete(xid);
+      if (client.callbacks?.size === 0) this.waiting.delete(client);
       record.writeUInt32BE(p.inbound.xid, 0);
       if (p.link.conn.state === 'closed') {
         this.stats.backchannelRepliesLost++;
@@ -153,6 +169,7 @@ export class BackchannelRelay implements ResponderHandler {
 
   /** The client left: its relayed callbacks stay unanswered (counted), its sessions are forgotten. */
   clientGone(client: ClientState, links: readonly ConnectionLink[]): number {
+    this.waiting.delete(client);
     if (client.callbacks !== null) {
       this.stats.backchannelUnanswered += client.callbacks.size;
       for (const p of client.callbacks.values()) p.link.conn.replyError(p.inbound, REFUSED);
@@ -164,6 +181,40 @@ export class BackchannelRelay implements ResponderHandler {
       n++;
     }
     return n;
+  }
+
+  /**
+   * Refuses the callbacks a live client has left unanswered for longer than the callback timeout (the
+   * router's tick calls this): each pins one of its connection's few backward credits until it is
+   * answered (RFC 8167 §4), so one client that never answers would stall every other session's callbacks
+   * there. A late answer then matches nothing and is dropped (`backchannelRepliesDropped`).
+   */
+  expire(now: number): void {
+    if (this.waiting.size === 0) return;
+    const limit = now - this.callbackTimeoutMs;
+    for (const client of this.waiting) {
+      const pending = client.callbacks;
+      if (pending === null) {
+        this.waiting.delete(client);
+        continue;
+      }
+      for (const [xid, p] of pending) {
+        if (p.at > limit) continue;
+        pending.delete(xid);
+        this.stats.backchannelTimedOut++;
+        client.conn.log.warn(
+          {
+            code: 'ERR_CALLBACK_TIMEOUT',
+            timeoutMs: this.callbackTimeoutMs,
+            serverXid: p.inbound.xid,
+            connection: p.link.conn.id,
+          },
+          'the client did not answer a relayed callback in time; refused to free its backward credit',
+        );
+        if (p.link.conn.state !== 'closed') p.link.conn.replyError(p.inbound, REFUSED);
+      }
+      if (pending.size === 0) this.waiting.delete(client);
+    }
   }
 
   /** Forgets a session and the backchannel it had on any connection. */

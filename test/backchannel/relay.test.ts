@@ -169,12 +169,14 @@ function t_assert(cond: boolean, what: string): void {
   if (!cond) throw new Error(`expected: ${what}`);
 }
 
-async function chain(): Promise<{ g: Gateway; up: ScriptedServer; port: number }> {
+async function chain(
+  o: { callbackTimeoutMs?: number; routerTickMs?: number } = {},
+): Promise<{ g: Gateway; up: ScriptedServer; port: number }> {
   const up = new ScriptedServer();
   await up.start();
   const config = testConfig({ poolSize: 3 });
   config.upstream = { host: '127.0.0.1', port: up.port };
-  const g = await startGateway({ config, backoff: { initialMs: 50, maxMs: 500 } });
+  const g = await startGateway({ config, backoff: { initialMs: 50, maxMs: 500 }, ...o });
   await waitFor(() => g.pool.snapshot().ready === 3, 'three ready RDMA connections');
   return { g, up, port: g.addresses[0].port };
 }
@@ -373,6 +375,44 @@ test.serial(
       t.is(g.router.snapshot().sessionsLearned, 2);
     } finally {
       await stop(g, up, again ? [a, again] : [a]);
+    }
+  },
+);
+
+test.serial(
+  'callbacks a live client never answers are refused after the callback timeout, freeing their credits',
+  async (t) => {
+    const { g, up, port } = await chain({ callbackTimeoutMs: 300, routerTickMs: 50 });
+    const d = await ScriptedClient.connect(port);
+    d.answerCallbacks = false;
+    try {
+      const sd = await d.createSession(0xa7n);
+      const recall = (xid: number) =>
+        cbCompound(xid, 1, [cbOp.sequence(sd), cbOp.recall(Buffer.alloc(12, xid & 0xff), Buffer.alloc(8))]);
+      // More than the backward credits a connection grants: without the timeout the later ones would
+      // wait for ever behind the unanswered ones.
+      for (let i = 1; i <= 10; i++) up.send(up.socketOf(sd), recall(0xa7000000 + i));
+      await waitFor(() => d.callbacks.length === 10, 'all ten recalls reached the client', 10_000);
+      t.true(g.router.snapshot().backchannelTimedOut >= 1, 'the first ones were refused on the tick');
+      await waitFor(() => g.router.snapshot().backchannelTimedOut === 10, 'all ten refused in the end');
+      // No RPC reply was made up for the server (the responder role drops a refused backward call).
+      t.is(up.cbReplies.length, 0);
+      // A late answer matches nothing and is dropped.
+      const late = d.callbacks[0];
+      d.socket.write(
+        Buffer.concat(
+          frameRecord(cbCompoundReply(late.readUInt32BE(0), [cbRes.sequence(sd), cbRes.recall()])),
+        ),
+      );
+      await waitFor(() => g.router.snapshot().backchannelRepliesDropped === 1, 'the late answer dropped');
+      // An answered one still goes through.
+      d.answerCallbacks = true;
+      up.send(up.socketOf(sd), recall(0xa7000099));
+      await waitFor(() => up.cbReplies.length === 1, 'the answered recall reached the server');
+      t.is(up.cbReplies[0].xid, 0xa7000099);
+      t.is(g.router.snapshot().backchannelReplies, 1);
+    } finally {
+      await stop(g, up, [d]);
     }
   },
 );
