@@ -69,14 +69,25 @@ export class Responder {
         this.links.add(link);
         this.stats.connections++;
         this.stats.links = this.links.size;
-        link.conn = RpcRdmaConnection.accept({
-          device: this.o.device,
-          request,
-          options: this.o.transport,
-          responder: link,
-          requester: link,
-          onClose: (_conn, reason) => link.onRdmaClosed(reason),
-        });
+        try {
+          link.conn = RpcRdmaConnection.accept({
+            device: this.o.device,
+            request,
+            options: this.o.transport,
+            responder: link,
+            requester: link,
+            onClose: (_conn, reason) => link.onRdmaClosed(reason),
+          });
+        } catch (e) {
+          // Refused by the device (a resource limit): the request was rejected and nothing of the
+          // connection is left; its upstream link goes too (no call can have reached it).
+          this.stats.acceptFailures++;
+          this.log.warn(
+            { code: (e as { code?: string }).code, err: String(e) },
+            'could not accept an RDMA connection',
+          );
+          link.onRdmaClosed('accept failed');
+        }
       },
     });
     const bound = { host: this.listener.host, port: this.listener.port };

@@ -70,6 +70,8 @@ export interface ResponderStats {
   callbacks: number;
   callbackReplies: number;
   callbacksFailed: number;
+  /** Connection requests the device could not accept (a resource limit): rejected, nothing kept. */
+  acceptFailures: number;
   /** Gauges. */
   links: number;
   pending: number;
@@ -86,6 +88,7 @@ export function createResponderStats(): ResponderStats {
     callbacks: 0,
     callbackReplies: 0,
     callbacksFailed: 0,
+    acceptFailures: 0,
     links: 0,
     pending: 0,
   };

@@ -449,7 +449,6 @@ export class RpcRdmaConnection {
       p.onClose,
       p.onReady,
     );
-    c.setupQueues(p.device);
     const pd: ConnectionPrivateData = {
       sendWithInvalidateOk: c.opts.acceptRemoteInvalidate,
       inlineSendSize: c.opts.sendSize,
@@ -458,20 +457,29 @@ export class RpcRdmaConnection {
     const done = new Promise<void>((resolve, reject) => {
       c.established = { resolve, reject };
     });
-    c.vconn = p.device.connect({
-      host: p.host,
-      port: p.port,
-      timeoutMs: p.timeoutMs,
-      pd: c.pd,
-      sendCq: c.cq,
-      recvCq: c.cq,
-      cap: c.qpCap(p.device),
-      privateData: encodePrivateData(pd),
-      ird: c.opts.ird,
-      ord: c.opts.ord,
-      onEvent: (e) => c.onCmEvent(e),
-    });
-    c.postAllReceives();
+    try {
+      c.setupQueues(p.device);
+      c.vconn = p.device.connect({
+        host: p.host,
+        port: p.port,
+        timeoutMs: p.timeoutMs,
+        pd: c.pd,
+        sendCq: c.cq,
+        recvCq: c.cq,
+        cap: c.qpCap(p.device),
+        privateData: encodePrivateData(pd),
+        ird: c.opts.ird,
+        ord: c.opts.ord,
+        onEvent: (e) => c.onCmEvent(e),
+      });
+      c.postAllReceives();
+    } catch (e) {
+      // A device out of a resource (RLIMIT_MEMLOCK, CQs, QPs) refuses one step: what the steps before it
+      // created goes now, or every reconnect attempt would leak a PD, a CQ and registrations.
+      c.state = 'closed';
+      c.destroyResources();
+      throw e;
+    }
     await done;
     return c;
   }
@@ -487,25 +495,40 @@ export class RpcRdmaConnection {
       p.responder,
       p.onClose,
     );
-    c.setupQueues(p.device);
-    c.peerPrivateData = decodePrivateData(req.privateData);
-    c.vconn = req.createConnection({
-      pd: c.pd,
-      sendCq: c.cq,
-      recvCq: c.cq,
-      cap: c.qpCap(p.device),
-      onEvent: (e) => c.onCmEvent(e),
-    });
-    c.postAllReceives();
-    c.vconn.accept({
-      ird: c.opts.ird,
-      ord: c.opts.ord,
-      privateData: encodePrivateData({
-        sendWithInvalidateOk: c.opts.acceptRemoteInvalidate,
-        inlineSendSize: c.opts.sendSize,
-        inlineRecvSize: c.opts.recvSize,
-      }),
-    });
+    try {
+      c.setupQueues(p.device);
+      c.peerPrivateData = decodePrivateData(req.privateData);
+      c.vconn = req.createConnection({
+        pd: c.pd,
+        sendCq: c.cq,
+        recvCq: c.cq,
+        cap: c.qpCap(p.device),
+        onEvent: (e) => c.onCmEvent(e),
+      });
+      c.postAllReceives();
+      c.vconn.accept({
+        ird: c.opts.ird,
+        ord: c.opts.ord,
+        privateData: encodePrivateData({
+          sendWithInvalidateOk: c.opts.acceptRemoteInvalidate,
+          inlineSendSize: c.opts.sendSize,
+          inlineRecvSize: c.opts.recvSize,
+        }),
+      });
+    } catch (e) {
+      // As in connect(): nothing created for a connection that never was stays behind, and the peer is
+      // told at once (a reject) instead of waiting for its connect timeout.
+      c.state = 'closed';
+      if (c.vconn === undefined) {
+        try {
+          req.reject();
+        } catch {
+          // the request may already be gone with its socket
+        }
+      }
+      c.destroyResources();
+      throw e;
+    }
     return c;
   }
 
@@ -916,16 +939,27 @@ export class RpcRdmaConnection {
     }
   }
 
+  /**
+   * Frees the QP, registrations, CQ and PD, each on its own: one that fails (or was never created, when
+   * set-up stopped half-way) does not keep the ones after it. Best effort: a provider that still holds a
+   * reference frees it with the device.
+   */
   destroyResources(): void {
-    try {
-      this.vconn?.destroy();
-      this.registrar.destroy();
-      this.recvSlab.destroy();
-      this.sendSlab.destroy();
-      this.cq.destroy();
-      this.pd.dealloc();
-    } catch {
-      // Best effort: a provider that still holds a reference frees it with the device.
+    const vconn = this.vconn as VerbsConnection | undefined;
+    const steps = [
+      () => vconn?.destroy(),
+      () => this.registrar?.destroy(),
+      () => this.recvSlab?.destroy(),
+      () => this.sendSlab?.destroy(),
+      () => this.cq?.destroy(),
+      () => this.pd?.dealloc(),
+    ];
+    for (const step of steps) {
+      try {
+        step();
+      } catch {
+        // the next one still goes
+      }
     }
   }
 

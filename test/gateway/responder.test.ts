@@ -18,6 +18,7 @@ import {
   type TransportError,
 } from '../../rdma-backend/transport/index.js';
 import { frameRecord, RecordDecoder } from '../../tcp-frontend/record-marking.js';
+import { deviceRefusingRegistration } from '../helpers/refusing-device.js';
 import { encodeCall, waitFor } from './helpers.js';
 
 const PROG = 0x20000077;
@@ -228,4 +229,55 @@ test('an upstream reply over the record limit fails only its call; the connectio
   await waitFor(() => outcomes.replies.length === 2, 'the other two answered');
   t.is(conn.state, 'ready');
   t.is(responder.stats.oversizedReplies, 1);
+});
+
+test('a connection the device cannot accept is rejected at once, its upstream link goes, the next one is served', async (t) => {
+  const u = await upstream((s, record) =>
+    s.write(Buffer.concat(frameRecord(reply(record.readUInt32BE(0), Buffer.alloc(4))))),
+  );
+  // The first accept's second registration (its send slab) is refused, as RLIMIT_MEMLOCK would.
+  const refusing = await deviceRefusingRegistration(2);
+  const responder = new Responder({
+    device: refusing.device,
+    host: '127.0.0.1',
+    port: 0,
+    upstream: { host: '127.0.0.1', port: u.port },
+    registry: defaultRegistry(),
+    lingerMs: 2000,
+  });
+  const { port } = await responder.listen();
+  const connect = async () =>
+    RpcRdmaConnection.connect({
+      device: await createSoftProvider().openDevice(),
+      host: '127.0.0.1',
+      port,
+      options: { peerKey: `responder-refused-${port}` },
+      requester: new Outcomes(),
+    });
+  let conn: RpcRdmaConnection | undefined;
+  t.teardown(async () => {
+    conn?.close();
+    await responder.close(1000);
+    u.server.close();
+    for (const s of u.sockets) s.destroy();
+  });
+  const started = Date.now();
+  await t.throwsAsync(connect());
+  t.true(Date.now() - started < 5000, 'rejected, not left to time out');
+  t.is(responder.stats.acceptFailures, 1);
+  t.is(refusing.pds[0].mrCount, 0, 'no registration left');
+  t.true(refusing.pds[0].dead);
+  await waitFor(() => responder.links.size === 0, 'the upstream link of the refused connection closed');
+
+  const outcomes = new Outcomes();
+  conn = await RpcRdmaConnection.connect({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port,
+    options: { peerKey: `responder-refused-${port}` },
+    requester: outcomes,
+  });
+  conn.submit(call(7));
+  await waitFor(() => outcomes.replies.length === 1, 'the next connection served');
+  t.is(responder.stats.acceptFailures, 1);
 });

@@ -1,9 +1,19 @@
 import test from 'ava';
 import type { SoftCq } from '../../rdma-backend/providers/soft/cq.js';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
-import { peerVersions } from '../../rdma-backend/transport/index.js';
+import { peerVersions, RpcRdmaConnection } from '../../rdma-backend/transport/index.js';
 import { ChunkRegistrar } from '../../rdma-backend/transport/registration.js';
-import { delay, encodeReply, loopback, pattern, replyData, TestCall } from './loopback.js';
+import { deviceRefusingRegistration } from '../helpers/refusing-device.js';
+import {
+  Collector,
+  delay,
+  EchoResponder,
+  encodeReply,
+  loopback,
+  pattern,
+  replyData,
+  TestCall,
+} from './loopback.js';
 
 test('inline call and reply, Version 2 negotiated with CONNPROP both ways', async (t) => {
   const lb = await loopback();
@@ -224,5 +234,64 @@ test('a CQ in error (completions lost) closes the connection: the calls it held 
     t.is(lb.client.snapshot().registrations.inUse, 0);
   } finally {
     await lb.close();
+  }
+});
+
+test('a set-up the device refuses half-way leaves no PD, CQ or registration behind, on either end', async (t) => {
+  // Client end: the second registration (the send slab) fails after the receive slab, a CQ and a PD.
+  const client = await deviceRefusingRegistration(2);
+  const server = await createSoftProvider().openDevice();
+  const listener = await server.listen({ host: '127.0.0.1', port: 0, onConnectRequest: (r) => r.reject() });
+  try {
+    await t.throwsAsync(
+      RpcRdmaConnection.connect({
+        device: client.device,
+        host: '127.0.0.1',
+        port: listener.port,
+        requester: new Collector(),
+        options: { peerKey: `refused-${process.pid}` },
+      }),
+      { message: /RLIMIT_MEMLOCK/ },
+    );
+    t.is(client.pds.length, 1);
+    t.is(client.pds[0].mrCount, 0, 'the receive slab was deregistered');
+    t.true(client.pds[0].dead, 'the PD was deallocated');
+    t.true(client.cqs[0].destroyed, 'the CQ was destroyed');
+  } finally {
+    await listener.close();
+  }
+
+  // Server end: accept() fails the same way; the request is rejected at once and nothing stays.
+  const refusing = await deviceRefusingRegistration(2);
+  let thrown: unknown;
+  const l2 = await refusing.device.listen({
+    host: '127.0.0.1',
+    port: 0,
+    onConnectRequest: (request) => {
+      try {
+        RpcRdmaConnection.accept({ device: refusing.device, request, responder: new EchoResponder() });
+      } catch (e) {
+        thrown = e;
+      }
+    },
+  });
+  try {
+    const started = Date.now();
+    await t.throwsAsync(
+      RpcRdmaConnection.connect({
+        device: await createSoftProvider().openDevice(),
+        host: '127.0.0.1',
+        port: l2.port,
+        requester: new Collector(),
+        options: { peerKey: `refused-accept-${process.pid}` },
+      }),
+    );
+    t.true(Date.now() - started < 5000, 'told at once (a reject), not by its connect timeout');
+    t.regex(String(thrown), /RLIMIT_MEMLOCK/);
+    t.is(refusing.pds[0].mrCount, 0);
+    t.true(refusing.pds[0].dead);
+    t.true(refusing.cqs[0].destroyed);
+  } finally {
+    await l2.close();
   }
 });
