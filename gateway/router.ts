@@ -46,7 +46,7 @@ import {
   type FrontendConnection,
   type FrontendHandler,
 } from '../tcp-frontend/server.js';
-import { BackchannelRelay, type BackchannelStats } from './backchannel/relay.js';
+import { BackchannelRelay, type BackchannelStats, createBackchannelStats } from './backchannel/relay.js';
 import { type CallRecord, CallRecordPool, type ConnectionLink } from './router/call-record.js';
 import { CallStats } from './router/call-stats.js';
 import { ClientRing, ClientState } from './router/client-state.js';
@@ -149,13 +149,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     holdExpired: 0,
     refused: 0,
     malformed: 0,
-    backchannelCalls: 0,
-    backchannelReplies: 0,
-    backchannelOrphans: 0,
-    backchannelUnanswered: 0,
-    backchannelRepliesDropped: 0,
-    backchannelRepliesLost: 0,
-    backchannelTimedOut: 0,
+    ...createBackchannelStats(),
     sessionsLearned: 0,
     sessionsDestroyed: 0,
     sessionsDropped: 0,

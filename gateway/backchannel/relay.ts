@@ -45,6 +45,19 @@ export interface BackchannelStats {
   backchannelTimedOut: number;
 }
 
+/** Backchannel counters at zero (the router spreads them into its stats object). */
+export function createBackchannelStats(): BackchannelStats {
+  return {
+    backchannelCalls: 0,
+    backchannelReplies: 0,
+    backchannelOrphans: 0,
+    backchannelUnanswered: 0,
+    backchannelRepliesDropped: 0,
+    backchannelRepliesLost: 0,
+    backchannelTimedOut: 0,
+  };
+}
+
 /**
  * How long a relayed callback may wait for its client's answer before it is refused to free its backward
  * credit. The server has given up on that RPC well before: Linux nfsd gives it lease/10 (9 s by default;

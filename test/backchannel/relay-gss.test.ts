@@ -4,7 +4,7 @@
  * get a per-client XID as before. The relay with its real session table, stub connections.
  */
 import test from 'ava';
-import { BackchannelRelay } from '../../gateway/backchannel/relay.js';
+import { BackchannelRelay, createBackchannelStats } from '../../gateway/backchannel/relay.js';
 import type { ClientState as ClientStateType } from '../../gateway/router/client-state.js';
 import { ClientState } from '../../gateway/router/client-state.js';
 import { SessionTable } from '../../gateway/router/sessions.js';
@@ -40,14 +40,7 @@ function setup() {
     release() {},
   } as never) as ClientStateType;
   const sessions = new SessionTable();
-  const stats = {
-    backchannelCalls: 0,
-    backchannelReplies: 0,
-    backchannelOrphans: 0,
-    backchannelUnanswered: 0,
-    backchannelRepliesDropped: 0,
-    backchannelRepliesLost: 0,
-  };
+  const stats = createBackchannelStats();
   const link = {
     conn: { state: 'ready', replyError: (_c: unknown, e: unknown) => refused.push(e), reply() {} },
     xids: new Map(),
@@ -55,7 +48,7 @@ function setup() {
     offline: false,
   } as never;
   sessions.learn(SID, client, link);
-  const relay = new BackchannelRelay(sessions, stats as never);
+  const relay = new BackchannelRelay(sessions, stats);
   const deliver = (message: Buffer) =>
     relay.onBackwardCall(link, {
       xid: message.readUInt32BE(0),

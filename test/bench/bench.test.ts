@@ -483,12 +483,8 @@ test("the Markdown report shows how busy the CPUs were, each process's kernel pa
     clientCpuSeconds: 1.6,
     latencyUs: { p50: 600, p90: 900, p99: 1500, p999: 3000, max: 5000, mean: 650 },
   };
-  const md = renderMarkdown({
-    date: 'd',
-    node: 'v20',
-    platform: 'linux-x64',
-    quick: false,
-    rows: [
+  const md = renderMarkdown(
+    resultFile([
       {
         ...base,
         name: 'null-c64 gw-v2-p1',
@@ -512,8 +508,8 @@ test("the Markdown report shows how busy the CPUs were, each process's kernel pa
         name: 'null-c64 old',
         extra: { ...extra, chain: 'old', resources: { gateway: { cpuSeconds: 2.4, peakRssKiB: 120_000 } } },
       },
-    ],
-  });
+    ]),
+  );
   const [now] = md.split('\n').filter((l) => l.startsWith('| null-c64 | gateway V2 pool 1 |'));
   t.regex(now, /\| 69 % \| 4 µs \| gateway 6 µs \(kernel 2 µs\) \(waited 1\.5 µs\), 117 MiB \|$/);
   const [old] = md.split('\n').filter((l) => l.startsWith('| null-c64 | old |'));
@@ -523,27 +519,19 @@ test("the Markdown report shows how busy the CPUs were, each process's kernel pa
   t.notRegex(md, /^Run with/);
   t.regex(md, /in brackets, over the measured window divided by/);
   // A file with no measured-window figures at all (no row has `machine`) says what its CPU figures cover.
-  const older = renderMarkdown({
-    date: 'd',
-    node: 'v20',
-    platform: 'linux-x64',
-    quick: false,
-    rows: [
+  const older = renderMarkdown(
+    resultFile([
       {
         ...base,
         name: 'null-c64 old',
         extra: { ...extra, chain: 'old', resources: { gateway: { cpuSeconds: 2.4, peakRssKiB: 120_000 } } },
       },
-    ],
-  });
+    ]),
+  );
   t.regex(older, /over the whole run of the workload \(this file predates measured-window figures/);
   // A process gone during the window: unknown, not 0 µs.
-  const gone = renderMarkdown({
-    date: 'd',
-    node: 'v20',
-    platform: 'linux-x64',
-    quick: false,
-    rows: [
+  const gone = renderMarkdown(
+    resultFile([
       {
         ...base,
         name: 'null-c64 gw-v2-p1',
@@ -555,8 +543,8 @@ test("the Markdown report shows how busy the CPUs were, each process's kernel pa
           },
         },
       },
-    ],
-  });
+    ]),
+  );
   t.regex(gone, /gateway — \(the process was gone during the window\)/);
   t.regex(
     renderMarkdown(

@@ -16,6 +16,16 @@ import { connectRaw, framedCall, waitFor } from '../gateway/helpers.js';
 import { settledGauges, startTestGateway, testConfig } from './helpers.js';
 
 const MiB = 1024 * 1024;
+const CALLS = 64;
+
+/** `n` SOURCE calls of 1 MiB each (XIDs 1..n), framed and concatenated for one write. */
+function sourceCalls(n: number): Buffer {
+  const calls: Buffer[] = [];
+  for (let i = 0; i < n; i++) {
+    calls.push(framedCall(i + 1, TEST_PROGRAM, TEST_VERSION, TestProc.SOURCE, encodeSourceArgs(MiB, i)));
+  }
+  return Buffer.concat(calls);
+}
 
 test('a client that does not read its replies gets at most its reply budget fetched, then every reply once it reads', async (t) => {
   const budget = 16 * MiB;
@@ -28,12 +38,7 @@ test('a client that does not read its replies gets at most its reply budget fetc
   });
   hog.pause();
   // 64 SOURCE calls of 1 MiB in one write: 64 MiB of replies, and the client reads none of them yet.
-  const CALLS = 64;
-  const calls: Buffer[] = [];
-  for (let i = 0; i < CALLS; i++) {
-    calls.push(framedCall(i + 1, TEST_PROGRAM, TEST_VERSION, TestProc.SOURCE, encodeSourceArgs(MiB, i)));
-  }
-  hog.write(Buffer.concat(calls));
+  hog.write(sourceCalls(CALLS));
   await waitFor(() => g.router.stats.replyRoomWaits > 0, 'the router to hold the client back');
   // Let everything that may still move settle: replies in flight land, the socket fills.
   await new Promise((r) => setTimeout(r, 500));
@@ -105,12 +110,7 @@ test('through a tcp (passthrough) route too: a client that does not read is held
     await upstream.close({ drainTimeoutMs: 0 });
   });
   hog.pause();
-  const CALLS = 64;
-  const calls: Buffer[] = [];
-  for (let i = 0; i < CALLS; i++) {
-    calls.push(framedCall(i + 1, TEST_PROGRAM, TEST_VERSION, TestProc.SOURCE, encodeSourceArgs(MiB, i)));
-  }
-  hog.write(Buffer.concat(calls));
+  hog.write(sourceCalls(CALLS));
   // The route counts each call at the largest reply (4 MiB + 64 KiB: it does not parse replies), so it holds
   // the client's reading after four calls; give whatever may still move the time to move.
   await waitFor(

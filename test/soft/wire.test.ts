@@ -24,6 +24,7 @@ import {
   Access,
   CmEventType,
   type Connection,
+  type ProtectionDomain,
   SendFlags,
   WcStatus,
   WrOpcode,
@@ -471,6 +472,25 @@ async function rawResponder(): Promise<{
   return { port: (server.address() as net.AddressInfo).port, peer: () => ready, close: () => server.close() };
 }
 
+/** A soft client connected to `port` (ESTABLISHED): its PD, one CQ for both queues, and the connection. */
+async function softClient(port: number): Promise<{ pd: ProtectionDomain; cq: CqWatcher; conn: Connection }> {
+  const dev = await createSoftProvider().openDevice();
+  const pd = dev.allocPd();
+  const cq = new CqWatcher(dev.createCq(16));
+  const events = new EventLog();
+  const conn = dev.connect({
+    host: '127.0.0.1',
+    port,
+    pd,
+    sendCq: cq.cq,
+    recvCq: cq.cq,
+    cap: { maxSendWr: 8, maxRecvWr: 8, maxSendSge: 1, maxRecvSge: 1 },
+    onEvent: events.handler,
+  });
+  await events.wait(CmEventType.ESTABLISHED);
+  return { pd, cq, conn };
+}
+
 async function until<T>(f: () => T | undefined, what: string): Promise<T> {
   const deadline = Date.now() + 3000;
   for (;;) {
@@ -592,20 +612,7 @@ test('a Read Response waiting for the socket while its region is revoked never l
 
 test('a local protection error does not take back the WRs posted before it: they are sent and succeed', async (t) => {
   const s = await server({}, 4);
-  const dev = await createSoftProvider().openDevice();
-  const pd = dev.allocPd();
-  const cq = new CqWatcher(dev.createCq(16));
-  const events = new EventLog();
-  const conn = dev.connect({
-    host: '127.0.0.1',
-    port: s.port,
-    pd,
-    sendCq: cq.cq,
-    recvCq: cq.cq,
-    cap: { maxSendWr: 8, maxRecvWr: 8, maxSendSge: 1, maxRecvSge: 1 },
-    onEvent: events.handler,
-  });
-  await events.wait(CmEventType.ESTABLISHED);
+  const { pd, cq, conn } = await softClient(s.port);
   const good = pd.registerMemory(Buffer.from('GOOD-SEND-A'), Access.LOCAL_WRITE);
   const bad = pd.registerMemory(Buffer.alloc(8), Access.LOCAL_WRITE);
   bad.deregister();
@@ -646,20 +653,7 @@ test('a local protection error does not take back the WRs posted before it: they
 
 test('MSNs wrap modulo 2^32: the message after MSN 0xffffffff carries 0 and is accepted', async (t) => {
   const s = await server({}, 2);
-  const dev = await createSoftProvider().openDevice();
-  const pd = dev.allocPd();
-  const cq = new CqWatcher(dev.createCq(16));
-  const events = new EventLog();
-  const conn = dev.connect({
-    host: '127.0.0.1',
-    port: s.port,
-    pd,
-    sendCq: cq.cq,
-    recvCq: cq.cq,
-    cap: { maxSendWr: 8, maxRecvWr: 8, maxSendSge: 1, maxRecvSge: 1 },
-    onEvent: events.handler,
-  });
-  await events.wait(CmEventType.ESTABLISHED);
+  const { pd, cq, conn } = await softClient(s.port);
   // White box: both ends as if 2^32 - 2 Sends had gone already (the RTR is a Write, it takes no MSN).
   type Msns = { txMsn: Uint32Array; rxMsn: Uint32Array };
   (conn.qp as unknown as Msns).txMsn[0] = 0xffffffff;

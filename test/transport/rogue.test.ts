@@ -27,10 +27,23 @@ import {
 
 const pd = plainPrivateData;
 
-test('malformed and unknown headers get the right RDMA2_ERROR; the connection keeps serving', async (t) => {
-  const s = await echoServer();
+/** Runs `body` with a rogue peer connected to an echo server (made with `server`), then closes both. */
+async function withRogue(
+  body: (s: Awaited<ReturnType<typeof echoServer>>, peer: RoguePeer) => Promise<void>,
+  ...server: Parameters<typeof echoServer>
+): Promise<void> {
+  const s = await echoServer(...server);
   const peer = await RoguePeer.connect(s.listener.port, pd());
   try {
+    await body(s, peer);
+  } finally {
+    peer.close();
+    await s.close();
+  }
+}
+
+test('malformed and unknown headers get the right RDMA2_ERROR; the connection keeps serving', async (t) => {
+  await withRogue(async (s, peer) => {
     const ask = async (msg: Buffer): Promise<RpcRdmaHeader> => decodeHeader(await peer.ask(msg));
     // Version 2 first: our CONNPROP comes back, with the grant and F_RESPONSE.
     const cp = await ask(
@@ -104,16 +117,11 @@ test('malformed and unknown headers get the right RDMA2_ERROR; the connection ke
     t.deepEqual(replyData(last.subarray(ok.payloadOffset)), Buffer.from('still here'));
     t.is(s.conns[0].state, 'ready');
     t.is(s.conns[0].snapshot().counters.droppedMessages, 2, 'the DONE and the short message');
-  } finally {
-    peer.close();
-    await s.close();
-  }
+  });
 });
 
 test('a peer that sends a message larger than our receive buffer loses only its connection', async (t) => {
-  const s = await echoServer();
-  const peer = await RoguePeer.connect(s.listener.port, pd());
-  try {
+  await withRogue(async (s, peer) => {
     peer.send(
       headerBytes(
         { version: 1, proc: 0, xid: 1, credit: 8, chunks: {} },
@@ -136,36 +144,32 @@ test('a peer that sends a message larger than our receive buffer loses only its 
     const [o] = await collector.wait(1);
     t.deepEqual(replyData(o.reply as Buffer), Buffer.from('ok'));
     client.close();
-  } finally {
-    peer.close();
-    await s.close();
-  }
+  });
 });
 
 test('a peer that overruns its credits: calls beyond the Receives posted end its connection, nothing else', async (t) => {
   // Hold every call so that no Receive is consumed and reposted faster than the peer sends.
-  const s = await echoServer({ credits: 2, backwardCredits: 1 }, { hold: true });
-  const peer = await RoguePeer.connect(s.listener.port, pd());
-  try {
-    // 2 credits + 1 backward + 4 control Receives are posted: the 8th Send finds none.
-    for (let i = 1; i <= 40; i++) {
-      peer.send(
-        headerBytes(
-          { version: 1, proc: 0, xid: i, credit: 8, chunks: {} },
-          encodeCall(i, PROC_ECHO, Buffer.from('x')),
-        ),
-      );
-    }
-    await peer.until(() => peer.disconnected, 'disconnect', 5000);
-    while (s.conns[0].state !== 'closed') await new Promise((r) => setTimeout(r, 5));
-    t.true(s.responders[0].received.length >= 7, `received ${s.responders[0].received.length}`);
-    // Answers for the held calls after the loss go nowhere and throw nothing.
-    for (const c of s.responders[0].held as InboundCall[]) s.conns[0].reply(c, Buffer.alloc(28));
-    t.pass();
-  } finally {
-    peer.close();
-    await s.close();
-  }
+  await withRogue(
+    async (s, peer) => {
+      // 2 credits + 1 backward + 4 control Receives are posted: the 8th Send finds none.
+      for (let i = 1; i <= 40; i++) {
+        peer.send(
+          headerBytes(
+            { version: 1, proc: 0, xid: i, credit: 8, chunks: {} },
+            encodeCall(i, PROC_ECHO, Buffer.from('x')),
+          ),
+        );
+      }
+      await peer.until(() => peer.disconnected, 'disconnect', 5000);
+      while (s.conns[0].state !== 'closed') await new Promise((r) => setTimeout(r, 5));
+      t.true(s.responders[0].received.length >= 7, `received ${s.responders[0].received.length}`);
+      // Answers for the held calls after the loss go nowhere and throw nothing.
+      for (const c of s.responders[0].held as InboundCall[]) s.conns[0].reply(c, Buffer.alloc(28));
+      t.pass();
+    },
+    { credits: 2, backwardCredits: 1 },
+    { hold: true },
+  );
 });
 
 test('client end: a reply for an unknown XID is dropped; a reply claiming more than offered fails the call', async (t) => {
@@ -231,6 +235,13 @@ async function clientToRogue(tag: string, maxVersion: 1 | 2, options: TransportO
   return { rogue, collector, client, peer, close };
 }
 
+/** The rogue answers the client's CONNPROP (Version 2, a grant of `credit`) and waits until the client is ready. */
+async function answerConnProp(s: Awaited<ReturnType<typeof clientToRogue>>, credit: number): Promise<void> {
+  const cp = decodeHeader(await s.peer.message(0));
+  s.peer.send(headerBytes({ version: 2, htype: 5, xid: cp.xid, credit, flags: 1, props: [] }));
+  await s.peer.until(() => s.client.state === 'ready', 'ready');
+}
+
 test('client end: a reply that does not decode fails its call, is never answered with an error, and frees the credit', async (t) => {
   const malformed: [string, 1 | 2, (xid: number) => Buffer][] = [
     ['Version 1 RDMA_ERROR with an rdma_err of 3', 1, (xid) => words(xid, 1, 4, 4, 3)],
@@ -272,9 +283,7 @@ test('client end: a reply that does not decode fails its call, is never answered
 test('client end: an RDMA2_ERROR answers its call but its credit word is not a grant', async (t) => {
   const s = await clientToRogue('v2-error-credit', 2);
   try {
-    const cp = decodeHeader(await s.peer.message(0));
-    s.peer.send(headerBytes({ version: 2, htype: 5, xid: cp.xid, credit: 32, flags: 1, props: [] }));
-    await s.peer.until(() => s.client.state === 'ready', 'ready');
+    await answerConnProp(s, 32);
     s.client.submit(TestCall.echo(21, Buffer.from('a'), false));
     const h = decodeHeader(await s.peer.message(1));
     // RDMA2_ERR_SYSTEM with a credit word of 0: seed 004 §5.3.3, the receiver MUST ignore it.
@@ -291,24 +300,17 @@ test('client end: an RDMA2_ERROR answers its call but its credit word is not a g
 });
 
 test('an unsupported rdma_vers gets ERR_VERS in the Version 1 layout with that version echoed', async (t) => {
-  const s = await echoServer();
-  const peer = await RoguePeer.connect(s.listener.port, pd());
-  try {
+  await withRogue(async (_s, peer) => {
     const answer = await peer.ask(words(77, 3, 8, 0, 0));
     // xid, rdma_vers echoed, credit, RDMA_ERROR, ERR_VERS, low, high (docs/protocol.md item 6)
     t.is(answer.length, 28);
     const w = [0, 1, 3, 4, 5, 6].map((i) => answer.readUInt32BE(4 * i));
     t.deepEqual(w, [77, 3, 4, 1, 1, 2]);
-  } finally {
-    peer.close();
-    await s.close();
-  }
+  });
 });
 
 test('a call whose Read chunk positions cannot be right is refused before a single RDMA Read', async (t) => {
-  const s = await echoServer();
-  const peer = await RoguePeer.connect(s.listener.port, pd());
-  try {
+  await withRogue(async (s, peer) => {
     await peer.ask(headerBytes({ version: 2, htype: 5, xid: 1, credit: 8, props: [] }));
     const src = peer.pd.registerMemory(Buffer.alloc(64 * 1024, 0x41), Access.REMOTE_READ);
     const reduced = encodeCall(7, PROC_ECHO, Buffer.alloc(0));
@@ -334,18 +336,13 @@ test('a call whose Read chunk positions cannot be right is refused before a sing
       t.is(s.conns[0].snapshot().counters.rdmaReads, before, `position ${bogus[i]}: no RDMA Read issued`);
     }
     t.is(s.conns[0].snapshot().registrations.inUse, 0);
-  } finally {
-    peer.close();
-    await s.close();
-  }
+  });
 });
 
 test("client end: a reply is its call's even when the call shares its XID with a property request in progress", async (t) => {
   const s = await clientToRogue('control-xid', 2);
   try {
-    const cp = decodeHeader(await s.peer.message(0));
-    s.peer.send(headerBytes({ version: 2, htype: 5, xid: cp.xid, credit: 32, flags: 1, props: [] }));
-    await s.peer.until(() => s.client.state === 'ready', 'ready');
+    await answerConnProp(s, 32);
     const asked = s.client.requestProperties([{ id: 1, value: 2048 }]).catch((e: unknown) => e);
     const rq = decodeHeader(await s.peer.message(1));
     t.is(rq.version === 2 ? rq.htype : -1, 6, 'REQPROP');
