@@ -173,16 +173,7 @@ test('a peer that overruns its credits: calls beyond the Receives posted end its
 });
 
 test('client end: a reply for an unknown XID is dropped; a reply claiming more than offered fails the call', async (t) => {
-  const rogue = await RoguePeer.listen(pd());
-  const collector = new Collector();
-  const client = await RpcRdmaConnection.connect({
-    device: await createSoftProvider().openDevice(),
-    host: '127.0.0.1',
-    port: rogue.port,
-    options: { maxVersion: 1, peerKey: `rogue-client-${process.pid}` },
-    requester: collector,
-  });
-  const peer = await rogue.peer;
+  const { client, collector, peer, close } = await clientToRogue('client', 1);
   try {
     const c = TestCall.echo(11, Buffer.alloc(5000, 1));
     client.submit(c);
@@ -209,9 +200,7 @@ test('client end: a reply for an unknown XID is dropped; a reply claiming more t
     t.is(client.snapshot().counters.droppedMessages, 1);
     t.is(client.snapshot().registrations.inUse, 0);
   } finally {
-    client.close();
-    peer.close();
-    await rogue.close();
+    await close();
   }
 });
 
