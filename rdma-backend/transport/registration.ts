@@ -80,19 +80,11 @@ export class ChunkRegistrar {
    * segment still needs a valid handle): `mr.length === max(1, length)`.
    */
   private acquire(kind: PoolKind, length: number): ChunkRegistration {
-    if (!(length <= this.maxChunk)) {
-      throw new TransportError(
-        'ERR_TRANSPORT_CHUNK_TOO_LARGE',
-        `a chunk of ${length} bytes is larger than the largest this connection takes (${this.maxChunk})`,
-        false,
-        { length, maxChunk: this.maxChunk },
-      );
-    }
     const exact = Math.max(1, length);
     const cls = this.classOf(exact);
     let reg = this.pools[kind][cls]?.pop();
     if (reg === undefined) {
-      const buf = this.pd.device.allocBuffer(1 << (MIN_CLASS_SHIFT + cls));
+      const buf = this.pd.device.allocBuffer(2 ** (MIN_CLASS_SHIFT + cls));
       reg = {
         mr: this.pd.registerMemory(buf, POOL_ACCESS[kind]),
         sizeClass: cls,
@@ -113,8 +105,21 @@ export class ChunkRegistrar {
     return reg;
   }
 
-  /** A writable target region (REMOTE_WRITE) freshly keyed for exactly `length` bytes. */
+  /**
+   * A writable target region (REMOTE_WRITE) freshly keyed for exactly `length` bytes. Its length comes
+   * from a chunk (offered by us, or announced by the peer), so it is bounded by `maxChunk`: the last guard
+   * against a size nobody checked. The bounce copies of our own messages (`registerLocal`,
+   * `registerSource`) are as large as those messages and are not chunks: they are not bounded here.
+   */
   acquireTarget(length: number): ChunkRegistration {
+    if (!(length <= this.maxChunk)) {
+      throw new TransportError(
+        'ERR_TRANSPORT_CHUNK_TOO_LARGE',
+        `a chunk of ${length} bytes is larger than the largest this connection takes (${this.maxChunk})`,
+        false,
+        { length, maxChunk: this.maxChunk },
+      );
+    }
     return this.acquire(PoolKind.Target, length);
   }
 

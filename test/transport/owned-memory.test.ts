@@ -108,3 +108,19 @@ test('ownedMemoryOnly: a responder-provided Read chunk is a copy, and goes back 
     await lb.close();
   }
 });
+
+test('ownedMemoryOnly: a reply whose DDP data fills the largest chunk, so its whole message is larger, still goes', async (t) => {
+  // The reply message is copied whole into registered memory (registerLocal); it is not a chunk, and a
+  // limit meant for chunks once refused it, leaving the call unanswered.
+  const lb = await loopback({ provider: owned });
+  try {
+    const n = 4 * 1024 * 1024; // the default maxChunkSize
+    lb.client.submit(sourceCall(1, n));
+    const [o] = await lb.collector.wait(1, 5000);
+    t.falsy(o.error, o.error?.message);
+    t.is(replyData(o.reply as Buffer).length, n);
+    t.is(lb.server.snapshot().registrations.inUse, 0);
+  } finally {
+    await lb.close();
+  }
+});
