@@ -161,7 +161,7 @@ export const CONFIG_SCHEMA: readonly KeyDef[] = [
     key: 'frontend.idleTimeoutMs',
     kind: { type: 'int', min: 0, max: 0x7fff_ffff },
     default: DEFAULT_FRONTEND_LIMITS.idleTimeoutMs,
-    doc: 'Close a client connection after this long without traffic and with no call in flight (0: never).',
+    doc: 'Close a client connection after this long without traffic and with no call in flight, or with replies written that it has not taken for that long (0: never).',
   },
   {
     key: 'frontend.recordTimeoutMs',

@@ -439,7 +439,19 @@ export class FrontendConnection {
   private onIdle(): void {
     if (this.closed) return;
     if (this.inFlight > 0 || this.backlogLength > 0) {
-      // Waiting for the server's answers is not idleness; the reply's write will re-arm the timer.
+      // Waiting for the server's answers is not idleness; the reply's write will re-arm the timer. But
+      // replies written and not taken for the whole period are: a client that keeps its receive window
+      // shut would otherwise hold its calls, their records and up to its reply budget for ever (the
+      // router keeps its further calls waiting for room, so they stay in flight).
+      if (this.unsentBytes === 0) return;
+      this.log.warn(
+        { idleTimeoutMs: this.limits.idleTimeoutMs, unsentBytes: this.unsentBytes, inFlight: this.inFlight },
+        'closing a client that took none of its replies',
+      );
+      this.destroy('IDLE_TIMEOUT', `took no reply bytes for ${this.limits.idleTimeoutMs} ms`, {
+        idleTimeoutMs: this.limits.idleTimeoutMs,
+        unsentBytes: this.unsentBytes,
+      });
       return;
     }
     this.log.info({ idleTimeoutMs: this.limits.idleTimeoutMs }, 'closing idle connection');

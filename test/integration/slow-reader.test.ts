@@ -138,3 +138,20 @@ test('through a tcp (passthrough) route too: a client that does not read is held
   await all;
   t.is(seen.size, CALLS);
 });
+
+test('a client that keeps its window shut is closed after the idle timeout, calls still waiting for room or not', async (t) => {
+  const config = testConfig({ maxReplyBytes: 4 * MiB });
+  config.frontend.idleTimeoutMs = 1500;
+  const g = await startGateway({ config, routerTickMs: 50 });
+  const hog = await connectRaw(g.addresses[0].port);
+  t.teardown(async () => {
+    hog.destroy();
+    await g.stop(0);
+  });
+  hog.pause(); // a paused socket reads nothing, not even the gateway's close: watch the gateway's side
+  hog.write(sourceCalls(32));
+  await waitFor(() => g.router.stats.replyRoomWaits > 0, 'the router to hold the client back');
+  await waitFor(() => g.frontend.stats.closes.IDLE_TIMEOUT === 1, 'the gateway to close the client', 10_000);
+  t.is(g.frontend.connections.size, 0);
+  await waitFor(() => g.router.snapshot().queued === 0, 'its waiting calls dropped');
+});
