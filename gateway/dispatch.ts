@@ -319,13 +319,14 @@ export class Dispatcher implements FrontendHandler {
     if (route !== undefined || this.table.knows(program)) {
       this.perProgram.set(program, (this.perProgram.get(program) ?? 0) + 1);
     } else this.otherPrograms++;
+    // RFC 5531 §9: a call of another RPC version is refused as such before its program is looked at, by
+    // whoever answers it: the gateway for an unrouted call and for its own services (the local route);
+    // the server behind an RDMA or TCP route does the same for its calls.
+    if ((route === undefined || route.kind === 'local') && record.readUInt32BE(8) !== RPC_VERSION) {
+      this.rpcMismatch(conn, record);
+      return;
+    }
     if (route === undefined) {
-      // RFC 5531 §9: a call of another RPC version is refused as such before its program is looked at
-      // (a routed call's server does the same).
-      if (record.readUInt32BE(8) !== RPC_VERSION) {
-        this.rpcMismatch(conn, record);
-        return;
-      }
       const range = allowed && !allowed.has(program) ? undefined : this.table.versionRange(program);
       if (range === undefined) this.progUnavail(conn, record, program, version);
       else this.progMismatch(conn, record, program, version, range);
