@@ -340,19 +340,38 @@ export function buildRows(plan: Plan, results: Map<string, Measured>): BenchRow[
   for (const w of WORKLOADS) {
     for (const chainId of plan.chainIds) {
       const baseName = chainId === 'direct' ? undefined : chainId === 'haproxy' ? 'direct' : 'haproxy';
-      // Like with like: the best of two passes on both sides only when both were measured twice;
-      // otherwise each side's first pass, the ones that ran beside each other.
+      // Like with like: the best of two passes on both sides when both were measured twice; otherwise
+      // each side's first pass, the ones that ran beside each other. But for the haproxy chain, itself a
+      // baseline: measured twice, its row shows its better pass even against `direct` measured once,
+      // since that is the figure the gateway chains (measured twice too) take as their baseline, and
+      // every figure the table shows must be the one the ratios use (a ratio is value / baseline). Its
+      // ratio is then that better pass against direct's only pass; the pass-beside-pass comparison (its
+      // first pass against that one) is in `extra.beside`. (A gateway chain measured twice against a
+      // haproxy chain measured once keeps its first pass: no other row compares with it.)
       const alike = baseName !== undefined && twice(chainId, w) && twice(baseName, w);
       const paired = baseName !== undefined && results.has(`${baseName}/${w.id}`) && !alike;
-      const m = bestOf(results, chainId, w, paired);
+      const isBaseline = chainId === 'haproxy';
+      const ownBest = alike || (isBaseline && twice(chainId, w));
+      const m = bestOf(results, chainId, w, !ownBest && paired);
       if (!m) continue;
       const r = m.result;
       const baseM = baseName ? bestOf(results, baseName, w, paired) : undefined;
       const base = valid(baseM) ? baseM?.result : undefined;
+      const firstM = results.get(`${chainId}/${w.id}`);
       const again = results.get(`${chainId}/${w.id}${AGAIN}`)?.result;
-      const first = results.get(`${chainId}/${w.id}`)?.result;
+      const first = firstM?.result;
       const runs =
-        again && first ? { runs: [throughput(w, first), throughput(w, again)], best: alike } : undefined;
+        again && first ? { runs: [throughput(w, first), throughput(w, again)], best: ownBest } : undefined;
+      const beside =
+        ownBest && !alike && first && valid(firstM) && base && baseName && throughput(w, base) > 0
+          ? {
+              beside: {
+                value: throughput(w, first),
+                baseline: { name: baseName, value: throughput(w, base) },
+                ratio: throughput(w, first) / throughput(w, base),
+              },
+            }
+          : undefined;
       const built = row({
         suite: 'scenarios',
         name: `${w.id} ${chainId}`,
@@ -360,7 +379,7 @@ export function buildRows(plan: Plan, results: Map<string, Measured>): BenchRow[
         unit: w.unit,
         baseline: base && baseName ? { name: baseName, value: throughput(w, base) } : undefined,
         target: targetFor(chainId, w.id),
-        extra: { ...extraOf(chainId, w, m), ...runs },
+        extra: { ...extraOf(chainId, w, m), ...runs, ...beside },
       });
       // A failed measurement (this chain's or its baseline's) is no figure: the target is not met, and
       // the row says why.

@@ -187,6 +187,37 @@ test('the gateway chains are measured twice too: their better run and their lowe
   t.deepEqual(secondPass(['gw-v2-p1']), [], 'no baseline: nothing to compare');
 });
 
+test("with direct in the plan, the haproxy row shows the haproxy figure the gateway rows' ratios use", (t) => {
+  // direct measured once; haproxy and the gateway chains twice (the second pass).
+  const results = new Map<string, Measured>([
+    ['direct/null-c64', { result: result(120_000, 0, 500) }],
+    ['haproxy/null-c64', { result: result(50_000, 0, 2000) }],
+    [`haproxy/null-c64${AGAIN}`, { result: result(60_000, 0, 1500) }],
+    ['gw-v2-p4/null-c64', { result: result(45_000, 0, 2500) }],
+    [`gw-v2-p4/null-c64${AGAIN}`, { result: result(46_000, 0, 2400) }],
+    ['gw-v1-p1/null-c64', { result: result(40_000, 0, 2600) }],
+    [`gw-v1-p1/null-c64${AGAIN}`, { result: result(39_000, 0, 2700) }],
+  ]);
+  const rows = rowsOf(['direct', 'haproxy', 'gw-v2-p4', 'gw-v1-p1'], results);
+  const haproxy = rowNamed(rows, 'null-c64 haproxy');
+  for (const gw of ['gw-v2-p4', 'gw-v1-p1']) {
+    const gwRow = rowNamed(rows, `null-c64 ${gw}`);
+    t.is(gwRow.baseline?.name, 'haproxy');
+    t.is(haproxy.value, gwRow.baseline?.value ?? Number.NaN, `the haproxy row's value is ${gw}'s baseline`);
+  }
+  t.is(haproxy.value, 60_000, 'its better pass');
+  t.deepEqual(haproxy.extra?.runs, [50_000, 60_000]);
+  t.true(haproxy.extra?.best);
+  t.deepEqual(haproxy.baseline, { name: 'direct', value: 120_000 });
+  t.is(haproxy.ratio, haproxy.value / 120_000, 'its ratio is of the figures it shows');
+  t.deepEqual(
+    haproxy.extra?.beside,
+    { value: 50_000, baseline: { name: 'direct', value: 120_000 }, ratio: 50_000 / 120_000 },
+    'the pass that ran beside direct, against it',
+  );
+  t.is(rowNamed(rows, 'null-c64 gw-v2-p4').ratio, 46_000 / 60_000);
+});
+
 test('the idle pair measured twice: each side of the rate ratio is its better pass, the RSS is the first pass', (t) => {
   const idle = (kib: number) => ({ before: { gateway: 100_000 }, after: { gateway: 100_000 + 1000 * kib } });
   const results = new Map<string, Measured>([
