@@ -104,7 +104,7 @@ export function dispatch(c: RpcRdmaConnection, buf: Buffer, end: number, wc: Wor
   try {
     h = c.decoder.decode(buf, 0, end);
   } catch (e) {
-    if (e instanceof RpcRdmaDecodeError) onUndecodable(c, buf, end, e);
+    if (e instanceof RpcRdmaDecodeError) onUndecodable(c, buf, end, e, wc);
     else c.counters.droppedMessages++;
     return;
   }
@@ -216,9 +216,15 @@ export function dispatch(c: RpcRdmaConnection, buf: Buffer, end: number, wc: Wor
  * flight, that call fails; otherwise it is dropped. Anything else is a request, answered with the error
  * the decoder chose.
  */
-function onUndecodable(c: RpcRdmaConnection, buf: Buffer, end: number, e: RpcRdmaDecodeError): void {
+function onUndecodable(
+  c: RpcRdmaConnection,
+  buf: Buffer,
+  end: number,
+  e: RpcRdmaDecodeError,
+  wc: WorkCompletion,
+): void {
   if (e.xid !== undefined && isResponse(c, buf, end, e)) {
-    if (!failUndecodableReply(c, e.xid, e)) c.counters.droppedMessages++;
+    if (!failUndecodableReply(c, e.xid, e, wc)) c.counters.droppedMessages++;
     return;
   }
   answerDecodeError(c, e);

@@ -267,27 +267,15 @@ export function onReply(
     c.props.onError(h.xid, h.error.code);
     return;
   }
-  const idx = c.inflight.get(h.xid);
   const pulled = h.version === 2 && h.htype === RDMA2_NOMSG && h.chunks.reads.length > 0;
-  if (idx === undefined) {
+  // RDMA2_ERROR's credit word is not a grant (seed 004 §5.3.3): its credit just comes back.
+  const st = takeAnswered(c, h.xid, wc, h.version === 2 && h.htype === RDMA2_ERROR ? -1 : h.credit);
+  if (st === null) {
     // Seed 002 §4.1.3: a reply with a responder-provided Read chunk for an XID we forgot still gets
     // its pull-completion notification, so the responder can invalidate.
     if (pulled) sendDone(c, h.xid, 0);
     c.counters.droppedMessages++;
     return;
-  }
-  c.inflight.delete(h.xid);
-  const st = c.states[idx];
-  st.inFlight = false;
-  if (h.version === 2 && h.htype === RDMA2_ERROR) c.credits.release();
-  else c.credits.complete(h.credit);
-  if (wc.wcFlags & WcFlags.WITH_INV) {
-    for (const r of st.regs) {
-      if (r.mr.rkey === wc.invalidatedRkey) {
-        r.remotelyInvalidated = true;
-        c.counters.remoteInvalidations++;
-      }
-    }
   }
   const isError = h.version === 1 ? h.proc === RDMA_ERROR : h.htype === RDMA2_ERROR;
   if (pulled && h.version === 2 && h.htype === RDMA2_NOMSG) {
@@ -321,13 +309,14 @@ export function onReply(
  * (`ERR_TRANSPORT_BAD_REPLY`, naming the field) once its regions are invalidated, and its credit comes
  * back without the header's credit word being believed. Returns false when `xid` names no call in flight.
  */
-export function failUndecodableReply(c: RpcRdmaConnection, xid: number, e: RpcRdmaDecodeError): boolean {
-  const idx = c.inflight.get(xid);
-  if (idx === undefined) return false;
-  c.inflight.delete(xid);
-  const st = c.states[idx];
-  st.inFlight = false;
-  c.credits.release();
+export function failUndecodableReply(
+  c: RpcRdmaConnection,
+  xid: number,
+  e: RpcRdmaDecodeError,
+  wc: WorkCompletion,
+): boolean {
+  const st = takeAnswered(c, xid, wc, -1);
+  if (st === null) return false;
   st.error = new TransportError(
     'ERR_TRANSPORT_BAD_REPLY',
     `the reply's transport header does not decode: ${e.message}`,
@@ -336,6 +325,36 @@ export function failUndecodableReply(c: RpcRdmaConnection, xid: number, e: RpcRd
   );
   invalidateThenComplete(c, st);
   return true;
+}
+
+/**
+ * Takes the call in flight that the message received in `wc` answers: out of the XID map, its credit
+ * back (`credit` ≥ 0: the reply's grant; -1: an answer whose credit word is not believed), and the region
+ * the peer invalidated with Send With Invalidate marked (Local Invalidate of a key already invalidated
+ * remotely is fatal on iWARP). Null when `xid` names no call in flight.
+ */
+function takeAnswered(
+  c: RpcRdmaConnection,
+  xid: number,
+  wc: WorkCompletion,
+  credit: number,
+): CallState | null {
+  const idx = c.inflight.get(xid);
+  if (idx === undefined) return null;
+  c.inflight.delete(xid);
+  const st = c.states[idx];
+  st.inFlight = false;
+  if (credit < 0) c.credits.release();
+  else c.credits.complete(credit);
+  if (wc.wcFlags & WcFlags.WITH_INV) {
+    for (const r of st.regs) {
+      if (r.mr.rkey === wc.invalidatedRkey) {
+        r.remotelyInvalidated = true;
+        c.counters.remoteInvalidations++;
+      }
+    }
+  }
+  return st;
 }
 
 /** Whether the peer invalidated every region of the call (or it exposed none). */

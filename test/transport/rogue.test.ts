@@ -15,6 +15,7 @@ import { Access } from '../../rdma-backend/verbs/index.js';
 import { plainPrivateData, RoguePeer } from '../helpers/rogue-peer.js';
 import {
   Collector,
+  delay,
   echoServer,
   encodeCall,
   encodeReply,
@@ -377,5 +378,26 @@ test('client end: a server that never answers the Version 2 CONNPROP is taken fo
     t.like(first, { version: 1, proc: 0, xid: 6 });
   } finally {
     await again.close();
+  }
+});
+
+test('client end: an undecodable reply sent With Invalidate fails its call and leaves the connection up', async (t) => {
+  const s = await clientToRogue('bad-reply-inv', 1);
+  try {
+    s.client.submit(TestCall.echo(11, Buffer.alloc(100, 1)));
+    const h = decodeHeader(await s.peer.message(0));
+    if (h.version !== 1 || h.proc !== 0) throw new Error('expected RDMA_MSG');
+    const rkey = h.chunks.writes[0][0].handle;
+    // RDMA_MSG reply with its write list cut short, invalidating the call's Write chunk: a Local
+    // Invalidate of that key after the peer's is fatal on iWARP, so the transport must know.
+    s.peer.send(words(11, 1, 4, 0, 0, 1, 1), rkey);
+    const [o] = await s.collector.wait(1);
+    t.is(o.error?.code, 'ERR_TRANSPORT_BAD_REPLY');
+    await delay(100);
+    t.is(s.client.state, 'ready', s.client.closeReason);
+    t.is(s.client.snapshot().counters.remoteInvalidations, 1);
+    t.is(s.client.snapshot().registrations.inUse, 0);
+  } finally {
+    await s.close();
   }
 });
