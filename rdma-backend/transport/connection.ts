@@ -538,9 +538,17 @@ export class RpcRdmaConnection {
     // RDMA_DONE, so it is not clear to the sender when that credit becomes available again"). An end that
     // may send such replies keeps one more Receive per call it can have in progress, so that a full
     // window of them followed by a DONE and a new call each never finds the Receives exhausted.
-    const dones =
-      this.role === 'server' && this.opts.maxVersion === 2 && this.opts.extensions ? this.opts.credits : 0;
+    const dones = this.role === 'server' && this.mayExposeReplies ? this.opts.credits : 0;
     return this.opts.credits + this.opts.backwardCredits + CONTROL_RESERVE + dones;
+  }
+
+  /**
+   * Whether this end may answer with responder-provided Read chunks (seed 002 §4.1) when the peer
+   * announces RPRC: only with the Version 2 extensions on, since the requester's RDMA2_DONE that ends
+   * each such reply is one of them (we would refuse it otherwise, and hold the exposed reply for ever).
+   */
+  get mayExposeReplies(): boolean {
+    return this.opts.maxVersion === 2 && this.opts.extensions;
   }
 
   qpCap(device: Device) {

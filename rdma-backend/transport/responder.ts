@@ -399,6 +399,7 @@ export function sendReply(
     plan.mode === 'error' &&
     plan.error?.code === RDMA2_ERR_REPLY_RESOURCE &&
     version === 2 &&
+    c.mayExposeReplies &&
     c.props.peerValues.get(RDMA2_PROPID_RPRC) === true
   ) {
     // Seed 002 §4.1.1: the reply exceeds every requester-provided resource and the requester takes

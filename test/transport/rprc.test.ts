@@ -4,6 +4,7 @@ import { decodeHeader, encodePrivateData } from '../../rdma-backend/protocol/ind
 import { WcStatus } from '../../rdma-backend/verbs/index.js';
 import { RoguePeer } from '../helpers/rogue-peer.js';
 import {
+  delay,
   echoServer,
   encodeCall,
   headerBytes,
@@ -60,6 +61,27 @@ test('a requester without RPRC support is not sent one: REPLY_RESOURCE instead',
     t.falsy(o.error, o.error?.message);
     t.is(lb.server.snapshot().counters.rprcReplies, 0);
     t.is(lb.client.snapshot().counters.retries, 1);
+  } finally {
+    await lb.close();
+  }
+});
+
+test('a responder without the Version 2 extensions sends none either: RPRC needs the DONE it would refuse', async (t) => {
+  const lb = await loopback({ server: { extensions: false } });
+  lb.responder.ddpResults = false;
+  lb.responder.override = null;
+  try {
+    const c = TestCall.echo(2, pattern(30001, 2), false);
+    c.maxReplySize = 1000;
+    lb.client.submit(c);
+    const [o] = await lb.collector.wait(1);
+    t.falsy(o.error, o.error?.message);
+    await delay(100);
+    const s = lb.server.snapshot();
+    t.is(s.counters.rprcReplies, 0);
+    t.is(s.counters.errorsSent, 1, 'REPLY_RESOURCE, then the requester retried');
+    t.is(lb.client.snapshot().counters.retries, 1);
+    t.is(s.registrations.inUse, 0, 'nothing left exposed');
   } finally {
     await lb.close();
   }
