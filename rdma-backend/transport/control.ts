@@ -60,7 +60,7 @@ function headerSlot(c: RpcRdmaConnection): number {
  * peer's `rdma_vers` echoed and our range (seed 004 §5.3.3 copies `rdma_xid` and `rdma_vers`; the one
  * layout every implementation parses; what the Linux server sends: docs/protocol.md, item 6).
  */
-function sendVersError(
+export function sendVersError(
   c: RpcRdmaConnection,
   xid: number,
   theirVersion: number,

@@ -27,7 +27,7 @@ import {
 } from '../protocol/index.js';
 import { WcStatus, type WorkCompletion, wcStatusName } from '../verbs/index.js';
 import type { RpcRdmaConnection } from './connection.js';
-import { answerDecodeError, nextControlXid, sendConnProp, sendError } from './control.js';
+import { answerDecodeError, nextControlXid, sendConnProp, sendError, sendVersError } from './control.js';
 import { KIND_INV, KIND_PULL, KIND_READ, KIND_RECV, KIND_SEND, KIND_SHIFT, peerVersions } from './options.js';
 import { failUndecodableReply, onInvalidated, onPullDone, onReply, pump } from './requester.js';
 import { flushPendingReplies, onDone, onInboundCall, onReadDone } from './responder.js';
@@ -133,12 +133,13 @@ export function dispatch(c: RpcRdmaConnection, buf: Buffer, end: number, wc: Wor
     pump(c);
   }
   if (h.version !== c.version) {
-    // Seed 004 §7.3: the version does not change during a connection.
-    sendError(c, h.xid, h.version === 2 ? 2 : 1, {
-      code: ERR_VERS,
-      versLow: c.version,
-      versHigh: c.version,
-    });
+    // Seed 004 §7.3: the version does not change during a connection. Refused as any other version we do
+    // not take (answerDecodeError): ERR_VERS in the Version 1 layout with their rdma_vers echoed. An
+    // answer (an error, or a Version 2 message flagged as a response) is never answered.
+    const answer =
+      h.version === 1 ? h.proc === RDMA_ERROR : h.htype === RDMA2_ERROR || (h.flags & RPCRDMA2_F_RESPONSE) !== 0;
+    if (answer) c.counters.droppedMessages++;
+    else sendVersError(c, h.xid, h.version, c.version, c.version);
     return;
   }
   if (h.version === 1) {

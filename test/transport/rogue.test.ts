@@ -401,3 +401,39 @@ test('client end: an undecodable reply sent With Invalidate fails its call and l
     await s.close();
   }
 });
+
+test('a message of the other version on a settled connection: ERR_VERS in the Version 1 layout, an answer never answered', async (t) => {
+  await withRogue(async (s, peer) => {
+    // The first message settles Version 1 (seed 004 §7.3).
+    await peer.ask(
+      headerBytes(
+        { version: 1, proc: 0, xid: 1, credit: 8, chunks: {} },
+        encodeCall(1, PROC_ECHO, Buffer.from('a')),
+      ),
+    );
+    const v2call = headerBytes(
+      { version: 2, htype: 0, xid: 2, credit: 8, chunks: {} },
+      encodeCall(2, PROC_ECHO, Buffer.from('b')),
+    );
+    const answer = await peer.ask(v2call);
+    // xid, rdma_vers echoed (2), credit, RDMA_ERROR, ERR_VERS, low 1, high 1
+    t.is(answer.length, 28);
+    t.deepEqual(
+      [0, 1, 3, 4, 5, 6].map((i) => answer.readUInt32BE(4 * i)),
+      [2, 2, 4, 1, 1, 1],
+    );
+    // A Version 2 response (F_RESPONSE) is not a request: nothing goes back.
+    const dropped = s.conns[0].snapshot().counters.droppedMessages;
+    const before = peer.received.length;
+    peer.send(
+      headerBytes({ version: 2, htype: 0, xid: 3, credit: 8, flags: 1, chunks: {} }, words(3, 1, 0, 0, 0, 0)),
+    );
+    await peer.until(
+      () => s.conns[0].snapshot().counters.droppedMessages === dropped + 1,
+      'the response dropped',
+    );
+    await delay(50);
+    t.is(peer.received.length, before);
+    t.is(s.conns[0].state, 'ready');
+  });
+});
