@@ -389,6 +389,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
           this.ring.shift();
           client.active = false;
           client.waitingForRoom = true;
+          client.roomWaitSince = performance.now();
           this.stats.replyRoomWaits++;
           continue;
         }
@@ -676,8 +677,10 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     const r = client.head;
     if (r !== null && !this.hasReplyRoom(client, r)) return;
     client.waitingForRoom = false;
-    // The hold time measures waiting for an RDMA connection, not for the client to read.
-    if (r !== null) r.queuedAt = performance.now();
+    // The hold time measures waiting for an RDMA connection, not for the client to read: the time spent
+    // waiting for room is taken out, and nothing else (a retransmitted call keeps its hold time running
+    // from its first loss).
+    if (r !== null) r.queuedAt += performance.now() - client.roomWaitSince;
     if (client.queued > 0) this.activate(client);
   }
 

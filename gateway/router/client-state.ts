@@ -19,6 +19,8 @@ export class ClientState {
   replyReserved = 0;
   /** Out of the ring because its replies would not fit its reply budget; back in on a reply or a drain. */
   waitingForRoom = false;
+  /** When it last started waiting for room (`performance.now()`). */
+  roomWaitSince = 0;
   /** In the scheduler's round-robin ring. */
   active = false;
   /** The TCP connection is gone: replies to its calls are consumed and dropped. */
