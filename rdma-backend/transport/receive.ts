@@ -137,7 +137,9 @@ export function dispatch(c: RpcRdmaConnection, buf: Buffer, end: number, wc: Wor
     // not take (answerDecodeError): ERR_VERS in the Version 1 layout with their rdma_vers echoed. An
     // answer (an error, or a Version 2 message flagged as a response) is never answered.
     const answer =
-      h.version === 1 ? h.proc === RDMA_ERROR : h.htype === RDMA2_ERROR || (h.flags & RPCRDMA2_F_RESPONSE) !== 0;
+      h.version === 1
+        ? h.proc === RDMA_ERROR
+        : h.htype === RDMA2_ERROR || (h.flags & RPCRDMA2_F_RESPONSE) !== 0;
     if (answer) c.counters.droppedMessages++;
     else sendVersError(c, h.xid, h.version, c.version, c.version);
     return;
