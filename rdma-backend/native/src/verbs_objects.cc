@@ -607,8 +607,10 @@ void Cq::OnReadable(void* p) {
     CallFromLoop(env, self->on_completions_, self->Value(), {Napi::Number::New(env, 0)});
     return;
   }
+  if (self->errored_) return;
   if (ibv_req_notify_cq(self->cq_, 0) != 0) {
     // Not armed, no event would ever come again: the handler is told the CQ is in error (as for a poll).
+    self->errored_ = true;
     Napi::HandleScope scope(env);
     CallFromLoop(env, self->on_completions_, self->Value(), {Napi::Number::New(env, -1)});
     return;
@@ -619,6 +621,7 @@ void Cq::OnReadable(void* p) {
   while (self->cq_ != nullptr) {
     int n = self->DrainInto(self->capacity_);
     if (n == 0) return;
+    if (n < 0) self->errored_ = true;
     Napi::HandleScope scope(env);
     // -1 tells the handler the CQ is in error (as poll() does); no drain follows it.
     CallFromLoop(env, self->on_completions_, self->Value(), {Napi::Number::New(env, n)});

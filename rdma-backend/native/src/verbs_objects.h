@@ -120,6 +120,7 @@ class Cq : public Napi::ObjectWrap<Cq>, public Resource {
   std::vector<ibv_wc> wcs_;
   unsigned unacked_ = 0;
   bool drain_on_wake_ = true;
+  bool errored_ = false;  // drain mode: -1 was delivered once; nothing is delivered after it
 };
 
 class CmId;
