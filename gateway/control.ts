@@ -314,6 +314,7 @@ export class GatewayControlAdapter implements GatewayControl {
           backchannel_unanswered: r.backchannelUnanswered,
           backchannel_replies_lost: r.backchannelRepliesLost,
           backchannel_timed_out: r.backchannelTimedOut,
+          backchannel_xid_busy: r.backchannelXidBusy,
           sessions_learned: r.sessionsLearned,
           sessions_destroyed: r.sessionsDestroyed,
           sessions_dropped: r.sessionsDropped,

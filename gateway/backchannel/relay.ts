@@ -43,6 +43,8 @@ export interface BackchannelStats {
   backchannelRepliesLost: number;
   /** Backward calls a live client left unanswered past the callback timeout (refused likewise). */
   backchannelTimedOut: number;
+  /** RPCSEC_GSS backward calls refused because their XID was already pending on the client (resent). */
+  backchannelXidBusy: number;
 }
 
 /** Backchannel counters at zero (the router spreads them into its stats object). */
@@ -55,6 +57,7 @@ export function createBackchannelStats(): BackchannelStats {
     backchannelRepliesDropped: 0,
     backchannelRepliesLost: 0,
     backchannelTimedOut: 0,
+    backchannelXidBusy: 0,
   };
 }
 
@@ -141,7 +144,7 @@ export class BackchannelRelay implements ResponderHandler {
       // another connection) is refused, and the server sends the callback again.
       xid = msg.readUInt32BE(0);
       if (pending.has(xid)) {
-        this.stats.backchannelOrphans++;
+        this.stats.backchannelXidBusy++;
         link.conn.replyError(call, REFUSED);
         return;
       }

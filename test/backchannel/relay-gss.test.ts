@@ -59,7 +59,7 @@ function setup() {
       replyChunk: null,
       invHandle: 0,
     } as never);
-  return { sent, refused, deliver };
+  return { sent, refused, deliver, stats };
 }
 
 test('an RPCSEC_GSS callback reaches the client with the XID the server gave it; a second with that XID is refused', (t) => {
@@ -70,6 +70,8 @@ test('an RPCSEC_GSS callback reaches the client with the XID the server gave it;
   s.deliver(callback(0x11223344, 6, GSS_CRED));
   t.is(s.sent.length, 1, 'not relayed while the first is pending');
   t.is(s.refused.length, 1);
+  t.is(s.stats.backchannelXidBusy, 1);
+  t.is(s.stats.backchannelOrphans, 0, 'the client is there: not an orphan');
 });
 
 test('an AUTH_SYS / AUTH_NONE callback gets a fresh per-client XID', (t) => {
