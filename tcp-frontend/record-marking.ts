@@ -60,12 +60,13 @@ export interface RecordDecoderOptions {
   zeroCopy?: boolean;
   /**
    * Instead of stopping the stream, skip a record larger than `maxRecordSize`: its bytes are read and
-   * dropped (nothing of it is kept but its first word), and once its last byte has passed this is called
-   * with that word — an RPC message's XID — or -1 for a record shorter than 4 bytes, and the size its
-   * fragment headers announced. For a peer whose framing is sound but one of whose messages is too large
+   * dropped (nothing of it is kept but its first two words), and once its last byte has passed this is
+   * called with the first word — an RPC message's XID — or -1 for a record shorter than 4 bytes, the
+   * size its fragment headers announced, and the second word — its `msg_type`, CALL 0 or REPLY 1 — or -1
+   * for a record shorter than 8 bytes. For a peer whose framing is sound but one of whose messages is too large
    * to carry on (the responder's upstream server): that one message fails, not the whole connection.
    */
-  onOversize?: (head: number, announced: number) => void;
+  onOversize?: (head: number, announced: number, msgType: number) => void;
 }
 
 /**
@@ -111,11 +112,12 @@ export class RecordDecoder {
   private assemblyUsed = 0;
   private failure: RecordMarkingError | undefined = undefined;
   private ended = false;
-  private readonly onOversize: ((head: number, announced: number) => void) | undefined;
+  private readonly onOversize: ((head: number, announced: number, msgType: number) => void) | undefined;
   /** The current record is over the limit and being skipped (`onOversize`). */
   private skipping = false;
-  /** The skipped record's first bytes (big-endian), `skipHeadHave` of them so far. */
+  /** The skipped record's first two words (big-endian), from `skipHeadHave` bytes so far (at most 8). */
   private skipHead = 0;
+  private skipSecond = 0;
   private skipHeadHave = 0;
 
   constructor(onRecord: RecordHandler, options: RecordDecoderOptions = {}) {
@@ -199,9 +201,7 @@ export class RecordDecoder {
       }
       const take = Math.min(this.fragmentLeft, n - pos);
       if (this.skipping) {
-        for (let k = 0; k < take && this.skipHeadHave < 4; k++, this.skipHeadHave++) {
-          this.skipHead = this.skipHead * 256 + chunk[pos + k];
-        }
+        for (let k = 0; k < take && this.skipHeadHave < 8; k++) this.keepHeadByte(chunk[pos + k]);
       } else {
         chunk.copy(this.assembly!, this.assemblyUsed, pos, pos + take);
         this.assemblyUsed += take;
@@ -311,27 +311,38 @@ export class RecordDecoder {
   private startSkipping(): void {
     this.skipping = true;
     this.skipHead = 0;
+    this.skipSecond = 0;
     this.skipHeadHave = 0;
     const assembled = this.assembly;
     if (assembled !== undefined) {
-      for (; this.skipHeadHave < 4 && this.skipHeadHave < this.assemblyUsed; this.skipHeadHave++) {
-        this.skipHead = this.skipHead * 256 + assembled[this.skipHeadHave];
-      }
+      const keep = Math.min(8, this.assemblyUsed);
+      for (let i = 0; i < keep; i++) this.keepHeadByte(assembled[i]);
       this.release?.(assembled);
     }
     this.assembly = undefined;
     this.assemblyUsed = 0;
   }
 
+  private keepHeadByte(b: number): void {
+    if (this.skipHeadHave < 4) this.skipHead = this.skipHead * 256 + b;
+    else this.skipSecond = this.skipSecond * 256 + b;
+    this.skipHeadHave++;
+  }
+
   private endFragment(pos = 0): void {
     this.inFragment = false;
     if (!this.fragmentIsLast) return;
     if (this.skipping) {
-      const head = this.skipHeadHave === 4 ? this.skipHead : -1;
+      const head = this.skipHeadHave >= 4 ? this.skipHead : -1;
+      const msgType = this.skipHeadHave === 8 ? this.skipSecond : -1;
       const announced = this.announced;
       this.skipping = false;
       this.finishRecord();
-      (this.onOversize as (head: number, announced: number) => void)(head, announced);
+      (this.onOversize as (head: number, announced: number, msgType: number) => void)(
+        head,
+        announced,
+        msgType,
+      );
       return;
     }
     const record =

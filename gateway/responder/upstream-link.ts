@@ -138,7 +138,7 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
       allocate: o.pool.acquire,
       release: o.pool.release,
       zeroCopy: false,
-      onOversize: (xid, announced) => this.onOversizedReply(xid, announced),
+      onOversize: (xid, announced, msgType) => this.onOversizedRecord(xid, announced, msgType),
     });
     // Writes before the connection is established are buffered by Node, so calls may arrive at once.
     this.socket = connect({
@@ -231,14 +231,16 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
    * The upstream sent a record over `maxRecordSize`: too large for us to carry back, whatever the
    * requester offers. Its bytes were skipped; only its call fails — RDMA2_ERR_SYSTEM (ERR_CHUNK in
    * Version 1), not REPLY_RESOURCE, which would invite the requester to resend with a larger Reply chunk
-   * that cannot help — instead of the connection and every call on it.
+   * that cannot help — instead of the connection and every call on it. A record that is not a REPLY
+   * (an oversized callback from the server, in its own XID space) matches none of our calls: it is only
+   * dropped, and the server's callback times out.
    */
-  private onOversizedReply(xid: number, announced: number): void {
+  private onOversizedRecord(xid: number, announced: number, msgType: number): void {
     this.o.stats.oversizedReplies++;
-    const p = xid < 0 ? undefined : this.pending.get(xid);
+    const p = xid < 0 || msgType !== MsgType.REPLY ? undefined : this.pending.get(xid);
     this.o.log.warn(
       { xid, bytes: announced, limit: this.decoder.maxRecordSize, call: p !== undefined },
-      'upstream record larger than the limit: skipped, its call refused',
+      'upstream record larger than the limit: skipped, the call it answers refused',
     );
     if (p === undefined) return;
     this.pending.delete(xid);

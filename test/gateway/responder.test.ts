@@ -231,6 +231,28 @@ test('an upstream reply over the record limit fails only its call; the connectio
   t.is(responder.stats.oversizedReplies, 1);
 });
 
+test('an oversized callback from the upstream is dropped, never taken for the reply of a call with its XID', async (t) => {
+  const MAX = 64 * 1024;
+  let upstreamSocket: Socket | undefined;
+  const u = await upstream((s, rec) => {
+    upstreamSocket = s;
+    if (rec.readUInt32BE(4) !== 0) return; // callback replies, if any
+    // Before answering call 5, the server calls back with a record over the limit that reuses XID 5
+    // (its own XID space), then answers the call.
+    s.write(Buffer.concat(frameRecord(encodeCall(5, CB_PROG, 1, 1, Buffer.alloc(MAX)))));
+    s.write(Buffer.concat(frameRecord(reply(5, Buffer.alloc(4)))));
+  });
+  const { responder, conn, outcomes } = await chain(t, u, { maxRecordSize: MAX });
+  conn.submit(call(5));
+  await waitFor(() => outcomes.replies.length + outcomes.failures.length === 1, 'call 5 answered');
+  t.deepEqual(outcomes.failures, [], 'the call was not refused for the callback');
+  t.is(outcomes.replies.length, 1);
+  t.is(responder.stats.oversizedReplies, 1);
+  t.is(responder.stats.unmatchedReplies, 0);
+  t.truthy(upstreamSocket);
+  t.is(conn.state, 'ready');
+});
+
 test('a connection the device cannot accept is rejected at once, its upstream link goes, the next one is served', async (t) => {
   const u = await upstream((s, record) =>
     s.write(Buffer.concat(frameRecord(reply(record.readUInt32BE(0), Buffer.alloc(4))))),

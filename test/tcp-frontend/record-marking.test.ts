@@ -482,6 +482,28 @@ test('frameRecord refuses an empty record and a bad fragment size', (t) => {
   }
 });
 
+test('onOversize also reports the second word (msg_type), wherever reads split the record; -1 when too short', (t) => {
+  const bigOne = rec([100], 2);
+  const bigTwo = rec([30, 50], 3); // its head was assembled before it grew over the limit
+  const stream = wire([bigOne, bigTwo]);
+  for (let cut = 0; cut <= stream.length; cut++) {
+    const seen: [number, number][] = [];
+    decodeAll(cutAt(stream, [cut]), { maxRecordSize: 64, onOversize: (h, _a, m) => seen.push([h, m]) });
+    t.deepEqual(
+      seen,
+      [
+        [bigOne.body.readUInt32BE(0), bigOne.body.readUInt32BE(4)],
+        [bigTwo.body.readUInt32BE(0), bigTwo.body.readUInt32BE(4)],
+      ],
+      `cut ${cut}`,
+    );
+  }
+  const short: [number, number][] = [];
+  decodeAll([wire([rec([6], 5)])], { maxRecordSize: 2, onOversize: (h, _a, m) => short.push([h, m]) });
+  t.is(short[0][1], -1, 'six bytes: no second word');
+  t.not(short[0][0], -1, 'but a first one');
+});
+
 test('onOversize: a record over the limit is skipped and reported with its first word; the stream goes on', (t) => {
   // Limit 64 bytes. An oversized single-fragment record, one whose second fragment makes it oversized
   // (its head was assembled already), one of 3 bytes over a 2-byte limit is tested below.
