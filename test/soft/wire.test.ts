@@ -3,7 +3,8 @@
  * raw TCP socket: CRC32c, MPA negotiation (revision 1 answered with 1, markers refused, CRC off = zero
  * field), the Terminate sent for a CRC error, a bad MSN, a bad MO, a Send with no Receive, a frame too
  * short to parse and a Read Response that does not fill its Read; a Read Response whose region was
- * revoked meanwhile never leaves; MSNs wrap modulo 2^32; a local error does not take back earlier WRs.
+ * revoked meanwhile never leaves; MSNs wrap modulo 2^32; a local error does not take back earlier WRs, nor
+ * completes those the socket still holds before it took them.
  */
 import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -11,7 +12,7 @@ import { createRequire } from 'node:module';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import fc from 'fast-check';
 import {
   crc32c,
@@ -24,6 +25,7 @@ import {
   Access,
   CmEventType,
   type Connection,
+  createWorkCompletions,
   type ProtectionDomain,
   SendFlags,
   WcStatus,
@@ -649,6 +651,118 @@ test('a local protection error does not take back the WRs posted before it: they
   );
   conn.destroy();
   await s.close();
+});
+
+/**
+ * A soft initiator whose peer stops reading, so that its socket holds what it sends next: a good Send
+ * (wrId 1, `A_SIZE` bytes of 0x41) and then a Send on a deregistered region (wrId 2). The Send's buffer
+ * is refilled with 0x42 as soon as it completes, as a completion allows the caller to.
+ */
+const A_SIZE = 256 * 1024;
+
+async function heldSendThenLocalError(t: ExecutionContext) {
+  const responder = await rawResponder();
+  const dev = await createSoftProvider({ mpaRevision: 1 }).openDevice();
+  const pd = dev.allocPd();
+  const cq = dev.createCq(64);
+  const events = new EventLog();
+  const conn = dev.connect({
+    host: '127.0.0.1',
+    port: responder.port,
+    pd,
+    sendCq: cq,
+    recvCq: cq,
+    cap: { maxSendWr: 16, maxRecvWr: 4, maxSendSge: 1, maxRecvSge: 1 },
+    onEvent: events.handler,
+  });
+  const peer = await responder.peer();
+  await events.wait(CmEventType.ESTABLISHED);
+  peer.sock.pause();
+  const socket = (conn.qp as unknown as { socket: net.Socket }).socket;
+  // Small Sends, one write each, until the kernel is full: the last one stays in the socket, which is
+  // still below its high-water mark, so the QP goes on writing (it waits for a drain only above it).
+  const FILL = 12 * 1024;
+  const fill = pd.registerMemory(Buffer.alloc(FILL, 0x30), Access.LOCAL_WRITE);
+  for (let i = 0; socket.writableLength === 0 && i < 5000; i++) {
+    conn.qp.postSend({
+      wrId: 100 + i,
+      opcode: WrOpcode.SEND,
+      flags: 0,
+      sgList: [{ mr: fill, offset: 0, length: FILL }],
+    });
+    await new Promise((r) => setImmediate(r));
+  }
+  t.true(socket.writableLength > 0, 'the kernel is full: the socket keeps what is written next');
+  t.true(socket.writableLength < socket.writableHighWaterMark, 'and the QP still writes');
+  const aBuf = Buffer.alloc(A_SIZE, 0x41);
+  const a = pd.registerMemory(aBuf, Access.LOCAL_WRITE);
+  const bad = pd.registerMemory(Buffer.alloc(8), Access.LOCAL_WRITE);
+  bad.deregister();
+  const done: [number, number][] = [];
+  const wcs = createWorkCompletions(16);
+  cq.setNotifyHandler(() => {
+    cq.requestNotify();
+    for (let n = cq.poll(wcs); n > 0; n = cq.poll(wcs)) {
+      for (let i = 0; i < n; i++) {
+        if (wcs[i].wrId < 100) done.push([wcs[i].wrId, wcs[i].status]);
+        if (wcs[i].wrId === 1) aBuf.fill(0x42);
+      }
+    }
+  });
+  cq.requestNotify();
+  conn.qp.postSend({
+    wrId: 1,
+    opcode: WrOpcode.SEND,
+    flags: SendFlags.SIGNALED,
+    sgList: [{ mr: a, offset: 0, length: A_SIZE }],
+  });
+  conn.qp.postSend({
+    wrId: 2,
+    opcode: WrOpcode.SEND,
+    flags: SendFlags.SIGNALED,
+    sgList: [{ mr: bad, offset: 0, length: 8 }],
+  });
+  await new Promise((r) => setTimeout(r, 200));
+  t.true(socket.writableLength >= A_SIZE, "the socket still holds the good Send's bytes");
+  t.deepEqual(done, [], 'so nothing completes yet: a completion would give its buffer back');
+  return { conn, peer, responder, done };
+}
+
+test('a local error completes the WRs the socket still holds only when it took them, with their own bytes', async (t) => {
+  const { conn, peer, responder, done } = await heldSendThenLocalError(t);
+  peer.sock.resume();
+  const frames = await until(() => {
+    const f = parseFpdus(peer.stream());
+    return f.some((x) => x.terminate) ? f : undefined;
+  }, 'the Terminate');
+  await until(() => (done.length === 2 ? true : undefined), 'both completions');
+  t.deepEqual(done, [
+    [1, WcStatus.SUCCESS],
+    [2, WcStatus.LOC_PROT_ERR],
+  ]);
+  const counts = new Map<number, number>();
+  for (const f of frames) {
+    if (f.tagged || f.opcode !== 3) continue;
+    for (const b of f.payload) counts.set(b, (counts.get(b) ?? 0) + 1);
+  }
+  t.is(counts.get(0x41), A_SIZE, 'the good Send carries its own bytes');
+  t.is(counts.get(0x42), undefined, 'not those the buffer was refilled with after its completion');
+  t.deepEqual(frames.find((f) => f.terminate)?.terminate, [0, 0, 0], 'the Terminate follows them');
+  conn.destroy();
+  peer.sock.destroy();
+  responder.close();
+});
+
+test('a local error flushes the WRs the socket still holds if the connection is torn down first', async (t) => {
+  const { conn, peer, responder, done } = await heldSendThenLocalError(t);
+  conn.destroy();
+  await until(() => (done.length === 2 ? true : undefined), 'both completions');
+  t.deepEqual(done, [
+    [1, WcStatus.WR_FLUSH_ERR],
+    [2, WcStatus.LOC_PROT_ERR],
+  ]);
+  peer.sock.destroy();
+  responder.close();
 });
 
 test('MSNs wrap modulo 2^32: the message after MSN 0xffffffff carries 0 and is accepted', async (t) => {

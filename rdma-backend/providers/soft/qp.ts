@@ -187,7 +187,7 @@ export class SoftQp implements QueuePair {
   private released = false;
   private sqTx = 0; // next to transmit
   private sqTail = 0; // next free
-  private sqFlushed = 0; // handed to the socket up to here (exclusive)
+  private sqFlushed = 0; // the socket took the batches up to here (exclusive); `batchEnds` are those it holds
   private readonly batchEnds: number[] = [];
   private readsOutstanding = 0;
   /** Read WRs transmitted and waiting for their response, in order (absolute SQ positions). */
@@ -349,8 +349,8 @@ export class SoftQp implements QueuePair {
       e.state = ST_DONE;
       e.status = WcStatus.WR_FLUSH_ERR;
       e.flags |= SendFlags.SIGNALED;
+      // `sqFlushed` stays: batches of earlier WRs may still be in the socket (see `flushAll`).
       this.sqTx = this.sqTail;
-      this.sqFlushed = this.sqTail;
       queueMicrotask(() => this.reapSend());
       return;
     }
@@ -433,7 +433,6 @@ export class SoftQp implements QueuePair {
           : undefined;
       if (revoked !== undefined) {
         this.irqFree.push(job);
-        this.flushFramer(); // what was built for earlier WRs still goes, ahead of the Terminate
         this.fatal(revoked, true);
         return;
       }
@@ -446,10 +445,8 @@ export class SoftQp implements QueuePair {
       if (e.flags & SendFlags.FENCE && this.readsOutstanding > 0) break;
       const bad = this.checkLocal(e);
       if (bad !== 0) {
-        // The WRs before it were processed: their frames go out ahead of the Terminate, and they
-        // complete (hardware would have sent them before reaching the bad one).
-        this.completeFramed();
-        this.sqTx++;
+        // The WRs before it were processed: `fatal` sends their frames ahead of the Terminate and they
+        // complete as the socket takes them (hardware would have sent them before reaching the bad one).
         e.state = ST_DONE;
         e.status = bad;
         this.fatal(Term.LOCAL_CATASTROPHIC, true);
@@ -471,8 +468,6 @@ export class SoftQp implements QueuePair {
         case WrOpcode.LOCAL_INV: {
           const mr = this.stags.byIndex(e.invRkey);
           if (mr === undefined || mr.rkey !== e.invRkey || !mr.valid || mr.pd !== this.pd) {
-            this.completeFramed();
-            this.sqTx++;
             e.state = ST_DONE;
             e.status = WcStatus.MW_BIND_ERR;
             this.fatal(Term.LOCAL_CATASTROPHIC, true);
@@ -515,29 +510,25 @@ export class SoftQp implements QueuePair {
   }
 
   /**
-   * Before a local error ends the stream: the frames built for the WRs already processed go to the socket
-   * (ahead of the Terminate, which `socket.end()` sends after them) and those WRs complete successfully,
-   * as they would have on hardware.
+   * The socket let go of a batch: every Send/Write/Local Invalidate in it is complete. It took the bytes,
+   * unless the write failed or, once the QP is dead (a local error held the batch back, see `flushAll`),
+   * the socket was destroyed first: its write in progress then reports no error though it was cancelled,
+   * so whether those bytes went is unknown and the WRs are flushed.
    */
-  private completeFramed(): void {
-    this.flushFramer();
-    for (let p = this.sqFlushed; p < this.sqTx; p++) {
-      const e = this.sq[p % this.sq.length];
-      if (e.state === ST_SENT && e.opcode !== WrOpcode.RDMA_READ) e.state = ST_DONE;
-    }
-  }
-
-  /** The socket took a batch: every Send/Write in it is complete. */
   private written(err?: Error | null): void {
     const end = this.batchEnds.shift();
-    if (err || this.dead || end === undefined) return;
+    if (end === undefined || (err && !this.dead)) return; // a failed socket: `closeStream` flushes
+    const taken = !err && !(this.dead && (this.socket as Socket).destroyed);
     for (let p = this.sqFlushed; p < end; p++) {
       const e = this.sq[p % this.sq.length];
-      if (e.state === ST_SENT && e.opcode !== WrOpcode.RDMA_READ) e.state = ST_DONE;
+      if (e.state === ST_SENT && e.opcode !== WrOpcode.RDMA_READ) {
+        e.state = ST_DONE;
+        if (!taken) e.status = WcStatus.WR_FLUSH_ERR;
+      }
     }
     this.sqFlushed = end;
     this.reapSend();
-    if (!this.blocked) this.schedulePump();
+    if (!this.blocked && !this.dead) this.schedulePump();
   }
 
   /** Reports finished WRs from the head of the SQ, in order. */
@@ -1226,7 +1217,9 @@ export class SoftQp implements QueuePair {
     this.state = QpState.ERR;
     const socket = this.socket;
     if (local && socket !== undefined && !socket.destroyed && this.framer !== undefined) {
-      this.framer.take(); // drop anything half-built
+      // The frames built for the WRs already processed go first, the Terminate after them (the last FPDU
+      // of the stream); `flushAll` leaves those WRs to complete as the socket takes them.
+      this.flushFramer();
       this.emitTerminate(cause);
       const chunks = this.framer.take();
       for (const c of chunks) socket.write(c);
@@ -1250,8 +1243,23 @@ export class SoftQp implements QueuePair {
     this.owner.onStreamDead({ error });
   }
 
-  /** Marks every outstanding WR done (in error) and reports them; receives are flushed too. */
+  /**
+   * Marks every outstanding WR done (in error) and reports them; receives are flushed too. WRs whose bytes
+   * a live socket still holds are the exception: they complete in `written()`.
+   */
   private flushAll(remote: TerminateCause | undefined): void {
+    // The socket writes views of the callers' buffers (no copy), and a completion, of any status, gives
+    // the buffer back: a WR in a batch whose write callback has not come may not complete yet, or what
+    // the caller puts in the buffer next goes on the wire in its place (and a Local Invalidate would
+    // complete before the Read Responses framed ahead of it left). Only a local error ends the stream
+    // with a live socket (`socket.end()`, so those batches go out ahead of the Terminate); otherwise the
+    // socket was destroyed and reads none of them any more, and their late callbacks must find nothing.
+    const socket = this.socket;
+    const held =
+      socket !== undefined && !socket.destroyed && this.batchEnds.length > 0
+        ? this.batchEnds[this.batchEnds.length - 1]
+        : this.sqFlushed;
+    if (held === this.sqFlushed) this.batchEnds.length = 0;
     // Completions are reported in order: WRs finished before the first unfinished one keep their
     // status; the first unfinished one takes the blame for a remote Terminate (if it was in flight);
     // everything after it, finished or not, is flushed, since its completion was not reported yet.
@@ -1263,6 +1271,11 @@ export class SoftQp implements QueuePair {
         continue;
       }
       if (!failed && e.state === ST_DONE) continue;
+      if (p < held && e.state === ST_SENT && e.opcode !== WrOpcode.RDMA_READ) {
+        // Still in the socket: `written()` completes it, successfully unless a WR before it failed.
+        if (failed) e.status = WcStatus.WR_FLUSH_ERR;
+        continue;
+      }
       e.status =
         !failed && remote !== undefined && e.state === ST_SENT
           ? remoteStatusFor(remote)
@@ -1271,7 +1284,6 @@ export class SoftQp implements QueuePair {
       e.state = ST_DONE;
     }
     this.sqTx = this.sqTail;
-    this.sqFlushed = this.sqTail;
     this.orq.length = 0;
     this.irq.length = 0;
     this.readsOutstanding = 0;
