@@ -40,7 +40,7 @@ export class CreditWindow {
 
   /** A response arrived: its credit comes back and the peer's grant is updated (0 counts as 1). */
   complete(grant: number): void {
-    if (this.outstanding > 0) this.outstanding--;
+    this.release();
     this.update(grant);
   }
 
