@@ -7,7 +7,7 @@ import { Writable } from 'node:stream';
 import { type Logger, pino } from 'pino';
 import { encodeCallHeader } from '../../rpc/message.js';
 import { XdrWriter } from '../../rpc/xdr.js';
-import { frameRecord } from '../../tcp-frontend/record-marking.js';
+import { frameRecord, RecordDecoder } from '../../tcp-frontend/record-marking.js';
 
 export interface CapturedLog {
   logger: Logger;
@@ -71,4 +71,32 @@ export function encodeCall(
 /** A call framed as one record, ready for `socket.write`. */
 export function framedCall(xid: number, prog: number, vers: number, proc: number, args?: Buffer): Buffer {
   return Buffer.concat(frameRecord(encodeCall(xid, prog, vers, proc, args)));
+}
+
+/**
+ * Sends one NULL-like call of `prog`/`vers` whose RPC version is `rpcvers` on a fresh connection to
+ * `port`, and returns the first six words of the reply (for RPC_MISMATCH: xid, REPLY, MSG_DENIED,
+ * RPC_MISMATCH, low, high; RFC 5531 §9).
+ */
+export async function replyWordsToRpcVersion(
+  port: number,
+  xid: number,
+  prog: number,
+  vers: number,
+  rpcvers: number,
+): Promise<number[]> {
+  const sock = await connectRaw(port);
+  try {
+    const call = framedCall(xid, prog, vers, 0);
+    call.writeUInt32BE(rpcvers, 4 + 8); // after the record mark, xid and msg_type
+    const reply = new Promise<Buffer>((resolve) => {
+      const decoder = new RecordDecoder(resolve);
+      sock.on('data', (d: Buffer) => decoder.push(d));
+    });
+    sock.write(call);
+    const r = await reply;
+    return [0, 1, 2, 3, 4, 5].map((i) => r.readUInt32BE(4 * i));
+  } finally {
+    sock.destroy();
+  }
 }

@@ -49,43 +49,36 @@ test('a reply larger than every requester resource travels in a responder-provid
   }
 });
 
-test('a requester without RPRC support is not sent one: REPLY_RESOURCE instead', async (t) => {
-  const lb = await loopback({ client: { rprc: false } });
-  lb.responder.ddpResults = false;
-  lb.responder.override = null;
-  try {
-    const c = TestCall.echo(2, pattern(30001, 2), false);
-    c.maxReplySize = 1000;
-    lb.client.submit(c);
-    const [o] = await lb.collector.wait(1);
-    t.falsy(o.error, o.error?.message);
-    t.is(lb.server.snapshot().counters.rprcReplies, 0);
-    t.is(lb.client.snapshot().counters.retries, 1);
-  } finally {
-    await lb.close();
-  }
-});
-
-test('a responder without the Version 2 extensions sends none either: RPRC needs the DONE it would refuse', async (t) => {
-  const lb = await loopback({ server: { extensions: false } });
-  lb.responder.ddpResults = false;
-  lb.responder.override = null;
-  try {
-    const c = TestCall.echo(2, pattern(30001, 2), false);
-    c.maxReplySize = 1000;
-    lb.client.submit(c);
-    const [o] = await lb.collector.wait(1);
-    t.falsy(o.error, o.error?.message);
-    await delay(100);
-    const s = lb.server.snapshot();
-    t.is(s.counters.rprcReplies, 0);
-    t.is(s.counters.errorsSent, 1, 'REPLY_RESOURCE, then the requester retried');
-    t.is(lb.client.snapshot().counters.retries, 1);
-    t.is(s.registrations.inUse, 0, 'nothing left exposed');
-  } finally {
-    await lb.close();
-  }
-});
+// RPRC needs both ends: a requester that announces it (seed 002 §4.1.1), and a responder with the Version
+// 2 extensions, since the requester's DONE that ends each such reply is one of them (it would refuse it).
+for (const [title, options] of [
+  ['a requester without RPRC support is not sent one: REPLY_RESOURCE instead', { client: { rprc: false } }],
+  [
+    'a responder without the Version 2 extensions sends none either: RPRC needs the DONE it would refuse',
+    { server: { extensions: false } },
+  ],
+] as const) {
+  test(title, async (t) => {
+    const lb = await loopback(options);
+    lb.responder.ddpResults = false;
+    lb.responder.override = null;
+    try {
+      const c = TestCall.echo(2, pattern(30001, 2), false);
+      c.maxReplySize = 1000;
+      lb.client.submit(c);
+      const [o] = await lb.collector.wait(1);
+      t.falsy(o.error, o.error?.message);
+      await delay(100);
+      const s = lb.server.snapshot();
+      t.is(s.counters.rprcReplies, 0);
+      t.is(s.counters.errorsSent, 1, 'REPLY_RESOURCE, then the requester retried');
+      t.is(lb.client.snapshot().counters.retries, 1);
+      t.is(s.registrations.inUse, 0, 'nothing left exposed');
+    } finally {
+      await lb.close();
+    }
+  });
+}
 
 test('rogue requester: pulls the reply, sends DONE, and the exposed rkey is dead afterwards', async (t) => {
   const s = await echoServer();
