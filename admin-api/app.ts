@@ -25,11 +25,12 @@ import Fastify, {
 import type { Logger } from 'pino';
 import { GatewayError } from '../common/errors.js';
 import { BearerAuth, isLoopbackHost } from './auth.js';
-import type { GatewayControl } from './control.js';
+import type { GatewayControl, ProcessControl, ResponderControl } from './control.js';
 import { AdminError, httpStatusOf } from './errors.js';
 import { ProcessMetrics } from './metrics.js';
-import { registerReadRoutes } from './routes/read.js';
-import { registerWriteRoutes } from './routes/write.js';
+import { registerProcessReadRoutes, registerReadRoutes } from './routes/read.js';
+import { registerResponderRoutes } from './routes/responder.js';
+import { registerProcessWriteRoutes, registerWriteRoutes } from './routes/write.js';
 import { StatsView } from './stats.js';
 
 export const DEFAULT_ADMIN_HOST = '127.0.0.1';
@@ -44,7 +45,10 @@ declare module 'fastify' {
 }
 
 export interface AdminApiOptions {
-  control: GatewayControl;
+  /** The gateway role's control; exactly one of `control` and `responder` is given. */
+  control?: GatewayControl;
+  /** The responder role's control: its own routes instead of the gateway's (`routes/responder.ts`). */
+  responder?: ResponderControl;
   /** The gateway's pino logger; the admin API logs through a child `{ component: 'admin-api' }`. */
   logger: Logger;
   /** Where to listen; default 127.0.0.1:9249. Port 0 picks a free port. */
@@ -76,6 +80,9 @@ export interface AdminApi {
 }
 
 export async function createAdminApi(options: AdminApiOptions): Promise<AdminApi> {
+  if ((options.control === undefined) === (options.responder === undefined)) {
+    throw new AdminError('ERR_ADMIN_CONFIG', 'admin API: give either a gateway or a responder control', {});
+  }
   const host = options.host ?? DEFAULT_ADMIN_HOST;
   const port = options.port ?? DEFAULT_ADMIN_PORT;
   const token = options.token ?? '';
@@ -140,12 +147,9 @@ export async function createAdminApi(options: AdminApiOptions): Promise<AdminApi
     json(request, body as string, done);
   });
 
-  const ctx: AdminContext = {
-    control: options.control,
-    stats: new StatsView(new Date(options.control.serverInfo().startedAt)),
-    processMetrics: new ProcessMetrics(),
-    startedAt: new Date(options.control.serverInfo().startedAt),
-  };
+  const processControl: ProcessControl = options.control ?? (options.responder as ProcessControl);
+  const startedAt = new Date(processControl.serverInfo().startedAt);
+  const processMetrics = new ProcessMetrics();
 
   app.addHook('onRequest', async (request, reply) => {
     const access = request.routeOptions.config.access ?? 'read';
@@ -223,7 +227,7 @@ export async function createAdminApi(options: AdminApiOptions): Promise<AdminApi
         title: 'rpcrdma-gateway admin API',
         description:
           'Transport properties, statistics, connections, health and control of an ONC RPC (TCP) to RPC-over-RDMA gateway.',
-        version: options.control.serverInfo().version,
+        version: processControl.serverInfo().version,
       },
       components: {
         securitySchemes: { bearerAuth: { type: 'http', scheme: 'bearer' } },
@@ -235,8 +239,20 @@ export async function createAdminApi(options: AdminApiOptions): Promise<AdminApi
   }
   app.get('/openapi.json', { schema: { hide: true }, config: { access: 'read' } }, async () => app.swagger());
 
-  registerReadRoutes(app, ctx);
-  registerWriteRoutes(app, ctx);
+  registerProcessReadRoutes(app, processControl);
+  registerProcessWriteRoutes(app, processControl);
+  if (options.control) {
+    const ctx: AdminContext = {
+      control: options.control,
+      stats: new StatsView(startedAt),
+      processMetrics,
+      startedAt,
+    };
+    registerReadRoutes(app, ctx);
+    registerWriteRoutes(app, ctx);
+  } else {
+    registerResponderRoutes(app, { responder: options.responder as ResponderControl, processMetrics });
+  }
   await app.ready();
 
   return {

@@ -41,6 +41,12 @@ export interface ServerInfo {
 
 /** The facts readiness is decided from; the admin API applies the rule (see `readiness.ts`). */
 export interface ReadinessFacts {
+  /**
+   * `gateway` (the default) needs its TCP listener and an RDMA connection; `responder` needs its RDMA
+   * listener only (its connections come from the gateways, which connect once it is there).
+   */
+  role?: 'gateway' | 'responder';
+  /** The gateway's TCP listener, the responder's RDMA listener. */
   listenerBound: boolean;
   /** RDMA connections established (negotiation finished) and usable. */
   upstreamsReady: number;
@@ -325,16 +331,28 @@ export interface DrainStatus {
 
 export type UpstreamAction = 'offline' | 'online' | 'reconnect';
 
-export interface GatewayControl {
+/** What the admin API of either role reads and does: health, identity, configuration, log level, drain. */
+export interface ProcessControl {
   serverInfo(): ServerInfo;
   readiness(): ReadinessFacts;
+  /** The effective configuration in file syntax, secrets already replaced by `***`. */
+  config(): Record<string, unknown>;
+  logLevel(): LogLevelName;
+  setLogLevel(level: LogLevelName): void;
+  /**
+   * Marks the process draining: readiness fails so that load balancers send nothing new, new connections
+   * are refused, the open ones go on and their calls in flight finish. Idempotent; `cancelDrain` undoes it.
+   */
+  drain(): DrainStatus;
+  cancelDrain(): DrainStatus;
+}
+
+/** The gateway role: TCP clients in front, a pool of RDMA connections behind. */
+export interface GatewayControl extends ProcessControl {
   properties(): PropertiesView;
   upstreams(): UpstreamInfo[];
   clients(): ClientInfo[];
   counters(): GatewayCounters;
-  /** The effective configuration in file syntax, secrets already replaced by `***`. */
-  config(): Record<string, unknown>;
-  logLevel(): LogLevelName;
 
   /**
    * Asks the peer of each selected connection (all ready ones when `upstream` is undefined) to change ITS
@@ -347,11 +365,40 @@ export interface GatewayControl {
   upstreamAction(id: number, action: UpstreamAction): Promise<UpstreamInfo>;
   /** Closes one TCP client; false when there is no such client. */
   closeClient(id: number, reason: string): boolean;
-  /**
-   * Marks the gateway draining: readiness fails so that load balancers send no new clients, new TCP
-   * connections are refused, the open ones go on and their calls in flight finish. Idempotent; `cancelDrain` undoes it.
-   */
-  drain(): DrainStatus;
-  cancelDrain(): DrainStatus;
-  setLogLevel(level: LogLevelName): void;
+}
+
+/** What the responder role counts itself (monotonic unless marked a gauge). */
+export interface ResponderCounters {
+  /** RDMA connections accepted, and those the device could not accept (a resource limit). */
+  connectionsAccepted: number;
+  acceptFailures: number;
+  /** Connection requests refused because the responder was draining or stopping. */
+  connectionsRefused: number;
+  callsForwarded: number;
+  repliesSent: number;
+  /** Upstream replies that matched no call (late, or their RDMA connection had gone). */
+  unmatchedReplies: number;
+  /** Calls refused because their XID was already outstanding on their connection. */
+  duplicateXids: number;
+  /** Upstream replies over the record limit: skipped, their call answered with an error. */
+  oversizedReplies: number;
+  /** Backchannel calls from the upstream relayed over RDMA, their replies, and those that failed. */
+  callbacks: number;
+  callbackReplies: number;
+  callbacksFailed: number;
+  /** Gauges: RDMA connections with their upstream TCP connection, calls waiting for an upstream reply. */
+  links: number;
+  pending: number;
+}
+
+/**
+ * The responder role: RDMA connections accepted from gateways (or any RPC-over-RDMA client), each forwarded
+ * over its own TCP connection to the upstream server. It has no TCP clients and no pool: `connections()`
+ * lists the accepted RDMA connections in the `UpstreamInfo` shape (the id is the connection's, the
+ * reconnect fields are 0), and `counters().connections` their transport counters.
+ */
+export interface ResponderControl extends ProcessControl {
+  properties(): PropertiesView;
+  connections(): UpstreamInfo[];
+  counters(): { responder: ResponderCounters; connections: UpstreamCounters[] };
 }

@@ -12,6 +12,7 @@
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import type {
   GatewayCounters,
+  ResponderCounters,
   RoutingCounters,
   ServerInfo,
   UpstreamCounters,
@@ -118,16 +119,7 @@ export function renderGatewayMetrics({ counters, upstreams, info, readiness }: M
   const w = new ExpositionWriter();
   const { frontend: f, rpc, upstreams: ups } = counters;
 
-  w.family(`${P}info`, 'gauge', 'Build and runtime information (always 1).', [
-    [{ version: info.version, node: info.node, role: info.role, provider: info.provider }, 1],
-  ]);
-  w.family(
-    `${P}start_time_seconds`,
-    'gauge',
-    'When the gateway started, seconds since the epoch.',
-    single(info.startedAt / 1000),
-  );
-  w.family(`${P}ready`, 'gauge', '1 when /readyz answers 200.', single(readiness.ready ? 1 : 0));
+  renderIdentity(w, info, readiness);
 
   // TCP frontend
   w.family(
@@ -269,7 +261,36 @@ export function renderGatewayMetrics({ counters, upstreams, info, readiness }: M
       single(rpc.backchannelReplies),
     );
 
-  // RDMA connections (labels: upstream slot and peer — a small fixed set)
+  renderRdmaConnections(w, upstreams, ups);
+  if (counters.routing) renderRouting(w, counters.routing);
+  return w.toString();
+}
+
+/** Who is answering and whether it is ready: the first families of either role. */
+function renderIdentity(w: ExpositionWriter, info: ServerInfo, readiness: ReadinessVerdict): void {
+  w.family(`${P}info`, 'gauge', 'Build and runtime information (always 1).', [
+    [{ version: info.version, node: info.node, role: info.role, provider: info.provider }, 1],
+  ]);
+  w.family(
+    `${P}start_time_seconds`,
+    'gauge',
+    'When the process started, seconds since the epoch.',
+    single(info.startedAt / 1000),
+  );
+  w.family(`${P}ready`, 'gauge', '1 when /readyz answers 200.', single(readiness.ready ? 1 : 0));
+}
+
+/**
+ * The RDMA connections' families (labels: `upstream` and `peer`). On a gateway `upstream` is the pool
+ * slot, a small fixed set whose counters are summed across reconnects; on a responder it is the accepted
+ * connection's id, and a connection's series end with it (the responder's own `_total` families are the
+ * monotonic totals).
+ */
+function renderRdmaConnections(
+  w: ExpositionWriter,
+  upstreams: readonly UpstreamInfo[],
+  ups: readonly UpstreamCounters[],
+): void {
   w.family(
     `${P}rdma_connection_ready`,
     'gauge',
@@ -478,7 +499,70 @@ export function renderGatewayMetrics({ counters, upstreams, info, readiness }: M
         if (u.disconnects) yield* table('reason', u.disconnects, { upstream: u.id, peer: u.peer });
     })(),
   );
-  if (counters.routing) renderRouting(w, counters.routing);
+}
+
+export interface ResponderMetricsInput {
+  counters: { responder: ResponderCounters; connections: UpstreamCounters[] };
+  connections: UpstreamInfo[];
+  info: ServerInfo;
+  readiness: ReadinessVerdict;
+}
+
+/** The responder role's families (everything except the process metrics). */
+export function renderResponderMetrics({
+  counters,
+  connections,
+  info,
+  readiness,
+}: ResponderMetricsInput): string {
+  const w = new ExpositionWriter();
+  const r = counters.responder;
+  renderIdentity(w, info, readiness);
+  w.family(`${P}responder_connections_total`, 'counter', 'RDMA connection requests, by outcome.', [
+    [{ outcome: 'accepted' }, r.connectionsAccepted],
+    [{ outcome: 'refused' }, r.connectionsRefused],
+    [{ outcome: 'failed' }, r.acceptFailures],
+  ]);
+  w.family(
+    `${P}responder_links`,
+    'gauge',
+    'RDMA connections with their upstream TCP connection.',
+    single(r.links),
+  );
+  w.family(
+    `${P}responder_calls_forwarded_total`,
+    'counter',
+    'Calls forwarded to the upstream server.',
+    single(r.callsForwarded),
+  );
+  w.family(
+    `${P}responder_replies_sent_total`,
+    'counter',
+    'Upstream replies returned over RDMA.',
+    single(r.repliesSent),
+  );
+  w.family(`${P}responder_calls_pending`, 'gauge', 'Calls waiting for an upstream reply.', single(r.pending));
+  w.family(
+    `${P}responder_dropped_total`,
+    'counter',
+    'Calls and replies not relayed, by reason: an upstream reply matching no call, a call whose XID was already outstanding, an upstream reply over the record limit.',
+    [
+      [{ reason: 'unmatched_reply' }, r.unmatchedReplies],
+      [{ reason: 'duplicate_xid' }, r.duplicateXids],
+      [{ reason: 'oversized_reply' }, r.oversizedReplies],
+    ],
+  );
+  w.family(
+    `${P}responder_callbacks_total`,
+    'counter',
+    'Backchannel calls from the upstream relayed over RDMA, by outcome.',
+    [
+      [{ outcome: 'sent' }, r.callbacks],
+      [{ outcome: 'answered' }, r.callbackReplies],
+      [{ outcome: 'failed' }, r.callbacksFailed],
+    ],
+  );
+  renderRdmaConnections(w, connections, counters.connections);
   return w.toString();
 }
 

@@ -27,6 +27,7 @@ export const Readiness = Type.Object({
   /** Why not ready (null when ready). */
   reason: Type.Union([Type.String(), Type.Null()]),
   checks: Type.Object({
+    role: Type.Optional(Type.Union([Type.Literal('gateway'), Type.Literal('responder')])),
     listenerBound: Type.Boolean(),
     upstreamsReady: Int('RDMA connections established'),
     draining: Type.Boolean(),
@@ -145,6 +146,47 @@ const Histogram = Type.Object({
   sumSeconds: Type.Number(),
 });
 
+/** One RDMA connection's transport counters (a gateway's pool slot, summed over its connections). */
+const ConnectionCounters = Type.Object({
+  id: Int(),
+  peer: Type.String(),
+  callsSent: Int(),
+  repliesReceived: Int(),
+  callsReceived: Int(),
+  repliesSent: Int(),
+  inlineCalls: Int(),
+  readChunkCalls: Int(),
+  longCalls: Int(),
+  longReplies: Int(),
+  writeChunkCalls: Type.Optional(Int()),
+  replyChunkCalls: Type.Optional(Int()),
+  rdmaReads: Int(),
+  rdmaWrites: Int(),
+  rdmaReadBytes: Type.Optional(Int('bytes this end moved by RDMA Read')),
+  rdmaWriteBytes: Type.Optional(Int('bytes this end moved by RDMA Write')),
+  peerRdmaReadBytes: Type.Optional(Int('bytes of our Read chunks the peer pulled')),
+  peerRdmaWriteBytes: Type.Optional(Int('bytes the peer wrote into our Write and Reply chunks')),
+  placedBytes: Type.Optional(
+    Int('chunk bytes that landed straight in the message buffer handed on (no copy out of a pooled region)'),
+  ),
+  bytesSent: Int(),
+  bytesReceived: Int(),
+  localInvalidations: Int(),
+  remoteInvalidations: Int(),
+  registrations: Int(),
+  retries: Int(),
+  droppedMessages: Int(),
+  errorsSent: Counts('RPC-over-RDMA errors sent, by code'),
+  errorsReceived: Counts('RPC-over-RDMA errors received, by code'),
+  creditStalls: Type.Optional(Int()),
+  connects: Type.Optional(Int()),
+  reconnects: Int(),
+  disconnects: Type.Optional(Counts('disconnects by reason')),
+  creditsGranted: Int(),
+  creditsInUse: Int(),
+  queued: Int(),
+});
+
 export const Stats = Type.Object({
   since: Type.String({ format: 'date-time', description: 'start, or the last counter reset' }),
   frontend: Type.Optional(
@@ -182,51 +224,7 @@ export const Stats = Type.Object({
       events: Counts('other router events by name'),
     }),
   ),
-  upstreams: Type.Optional(
-    Type.Array(
-      Type.Object({
-        id: Int(),
-        peer: Type.String(),
-        callsSent: Int(),
-        repliesReceived: Int(),
-        callsReceived: Int(),
-        repliesSent: Int(),
-        inlineCalls: Int(),
-        readChunkCalls: Int(),
-        longCalls: Int(),
-        longReplies: Int(),
-        writeChunkCalls: Type.Optional(Int()),
-        replyChunkCalls: Type.Optional(Int()),
-        rdmaReads: Int(),
-        rdmaWrites: Int(),
-        rdmaReadBytes: Type.Optional(Int('bytes this end moved by RDMA Read')),
-        rdmaWriteBytes: Type.Optional(Int('bytes this end moved by RDMA Write')),
-        peerRdmaReadBytes: Type.Optional(Int('bytes of our Read chunks the peer pulled')),
-        peerRdmaWriteBytes: Type.Optional(Int('bytes the peer wrote into our Write and Reply chunks')),
-        placedBytes: Type.Optional(
-          Int(
-            'chunk bytes that landed straight in the message buffer handed on (no copy out of a pooled region)',
-          ),
-        ),
-        bytesSent: Int(),
-        bytesReceived: Int(),
-        localInvalidations: Int(),
-        remoteInvalidations: Int(),
-        registrations: Int(),
-        retries: Int(),
-        droppedMessages: Int(),
-        errorsSent: Counts('RPC-over-RDMA errors sent, by code'),
-        errorsReceived: Counts('RPC-over-RDMA errors received, by code'),
-        creditStalls: Type.Optional(Int()),
-        connects: Type.Optional(Int()),
-        reconnects: Int(),
-        disconnects: Type.Optional(Counts('disconnects by reason')),
-        creditsGranted: Int(),
-        creditsInUse: Int(),
-        queued: Int(),
-      }),
-    ),
-  ),
+  upstreams: Type.Optional(Type.Array(ConnectionCounters)),
   routing: Type.Optional(
     Type.Object(
       {
@@ -260,6 +258,29 @@ export const Stats = Type.Object({
     ),
   ),
 });
+
+/** The responder role's `/v1/stats`: its own counters and each accepted RDMA connection's. */
+export const ResponderStats = Type.Object({
+  responder: Type.Object({
+    connectionsAccepted: Int(),
+    acceptFailures: Int('connection requests the device could not accept'),
+    connectionsRefused: Int('connection requests refused while draining or stopping'),
+    callsForwarded: Int(),
+    repliesSent: Int(),
+    unmatchedReplies: Int('upstream replies that matched no call'),
+    duplicateXids: Int('calls refused: XID already outstanding'),
+    oversizedReplies: Int('upstream replies over the record limit'),
+    callbacks: Int('backchannel calls relayed'),
+    callbackReplies: Int(),
+    callbacksFailed: Int(),
+    links: Int('gauge: RDMA connections with their upstream TCP connection'),
+    pending: Int('gauge: calls waiting for an upstream reply'),
+  }),
+  connections: Type.Array(ConnectionCounters),
+});
+
+/** The responder role's accepted RDMA connections (the `Upstream` shape; `id` is the connection id). */
+export const Connections = Type.Object({ connections: Type.Array(Upstream) });
 
 export const StatsQuery = Type.Object(
   {

@@ -255,7 +255,7 @@ export const CONFIG_SCHEMA: readonly KeyDef[] = [
     key: 'admin.listen',
     kind: { type: 'hostport', allowOff: true },
     default: { host: '127.0.0.1', port: 9249 },
-    doc: 'Admin API address (`HOST:PORT`), or `off`.',
+    doc: 'Admin API address (`HOST:PORT`), or `off`. Left unset, the responder role listens on `127.0.0.1:9250` instead, so that a gateway and a responder run side by side on one host.',
   },
   {
     key: 'admin.token',

@@ -71,7 +71,7 @@ function namesOf(ids: readonly number[]): PropertyName[] {
   });
 }
 
-function packageVersion(): string {
+export function packageVersion(): string {
   const here = dirname(fileURLToPath(import.meta.url));
   for (const up of [join(here, '..', '..', 'package.json'), join(here, '..', 'package.json')]) {
     try {
@@ -204,43 +204,11 @@ export class GatewayControlAdapter implements GatewayControl {
   }
 
   properties(): PropertiesView {
-    const c = this.o.config.rdma;
-    const opts = this.gateway.pool.connections()[0]?.opts;
     const connections: PeerPropertiesView[] = [];
     for (const s of this.gateway.pool.snapshot().slots) {
-      const cs = s.connection;
-      if (!cs) continue;
-      const peerProperties: PropertyValues = {};
-      for (const [id, value] of Object.entries(cs.properties.peer)) {
-        const name = NAME_OF.get(Number(id));
-        if (name && (typeof value === 'number' || typeof value === 'boolean')) peerProperties[name] = value;
-      }
-      connections.push({
-        upstream: s.index,
-        peer: cs.peer,
-        version: cs.version,
-        peerProperties,
-        sendLimit: cs.sendLimit,
-        recvSize: cs.recvSize,
-        credits: creditView(cs),
-        pendingAtPeer: namesOf(cs.properties.pendingAtPeer),
-        pendingForPeer: namesOf(cs.properties.pendingForPeer),
-        peerSupportsExtensions: cs.properties.peerSupportsExtensions,
-      });
+      if (s.connection) connections.push(peerPropertiesView(s.index, s.connection));
     }
-    return {
-      local: {
-        maxVersion: opts?.maxVersion ?? c.protocolVersion,
-        rbsiz: opts?.recvSize ?? c.inlineReceive,
-        maxRbsiz: opts?.maxRecvSize ?? c.inlineReceive,
-        sendSize: opts?.sendSize ?? c.inlineSend,
-        credits: opts?.credits ?? c.credits,
-        reqreminv: opts?.acceptRemoteInvalidate ?? true,
-        rprc: opts?.rprc ?? true,
-        extensions: opts?.extensions ?? true,
-      },
-      connections,
-    };
+    return { local: localProperties(this.o.config, this.gateway.pool.connections()[0]?.opts), connections };
   }
 
   upstreams(): UpstreamInfo[] {
@@ -392,35 +360,10 @@ export class GatewayControlAdapter implements GatewayControl {
       return out;
     };
     return {
-      id: s.index,
-      peer: cs?.peer ?? peer,
-      callsSent: v('callsSent'),
-      repliesReceived: v('repliesReceived'),
-      callsReceived: v('callsReceived'),
-      repliesSent: v('repliesSent'),
-      inlineCalls: v('inlineCalls'),
-      readChunkCalls: v('readChunkCalls'),
-      longCalls: v('longCalls'),
-      longReplies: v('longReplies'),
-      writeChunkCalls: v('writeChunkCalls'),
-      replyChunkCalls: v('replyChunkCalls'),
-      rdmaReads: v('rdmaReads'),
-      rdmaWrites: v('rdmaWrites'),
-      rdmaReadBytes: v('rdmaReadBytes'),
-      rdmaWriteBytes: v('rdmaWriteBytes'),
-      peerRdmaReadBytes: v('peerReadBytes'),
-      peerRdmaWriteBytes: v('peerWriteBytes'),
-      placedBytes: v('placedBytes'),
-      bytesSent: v('bytesSent'),
-      bytesReceived: v('bytesReceived'),
-      localInvalidations: v('localInvalidations'),
-      remoteInvalidations: v('remoteInvalidations'),
+      ...transportCounters(s.index, cs?.peer ?? peer, v),
       registrations: (cs?.registrations.registered ?? 0) + (h.retired.registrations ?? 0),
-      retries: v('retries'),
-      droppedMessages: v('droppedMessages'),
       errorsSent: byCode('errorsSent.'),
       errorsReceived: byCode('errorsReceived.'),
-      creditStalls: v('creditStalls'),
       reconnects: s.reconnects,
       creditsGranted: cs?.credits.granted ?? 0,
       creditsInUse: cs?.credits.outstanding ?? 0,
@@ -601,7 +544,75 @@ export class GatewayControlAdapter implements GatewayControl {
   }
 }
 
-function creditView(cs: ConnectionSnapshot) {
+/** Our own transport properties: a live connection's options, else what the configuration gives. */
+export function localProperties(config: GatewayConfig, opts: RpcRdmaConnection['opts'] | undefined) {
+  const c = config.rdma;
+  return {
+    maxVersion: opts?.maxVersion ?? c.protocolVersion,
+    rbsiz: opts?.recvSize ?? c.inlineReceive,
+    maxRbsiz: opts?.maxRecvSize ?? c.inlineReceive,
+    sendSize: opts?.sendSize ?? c.inlineSend,
+    credits: opts?.credits ?? c.credits,
+    reqreminv: opts?.acceptRemoteInvalidate ?? true,
+    rprc: opts?.rprc ?? true,
+    extensions: opts?.extensions ?? true,
+  };
+}
+
+/** One connection's properties as the peer announced them, and the changes pending either way. */
+export function peerPropertiesView(id: number, cs: ConnectionSnapshot): PeerPropertiesView {
+  const peerProperties: PropertyValues = {};
+  for (const [pid, value] of Object.entries(cs.properties.peer)) {
+    const name = NAME_OF.get(Number(pid));
+    if (name && (typeof value === 'number' || typeof value === 'boolean')) peerProperties[name] = value;
+  }
+  return {
+    upstream: id,
+    peer: cs.peer,
+    version: cs.version,
+    peerProperties,
+    sendLimit: cs.sendLimit,
+    recvSize: cs.recvSize,
+    credits: creditView(cs),
+    pendingAtPeer: namesOf(cs.properties.pendingAtPeer),
+    pendingForPeer: namesOf(cs.properties.pendingForPeer),
+    peerSupportsExtensions: cs.properties.peerSupportsExtensions,
+  };
+}
+
+/** The transport's counters in the admin shape, `v` reading each (summed, on a gateway slot). */
+export function transportCounters(id: number, peer: string, v: (k: keyof ConnectionCounters) => number) {
+  return {
+    id,
+    peer,
+    callsSent: v('callsSent'),
+    repliesReceived: v('repliesReceived'),
+    callsReceived: v('callsReceived'),
+    repliesSent: v('repliesSent'),
+    inlineCalls: v('inlineCalls'),
+    readChunkCalls: v('readChunkCalls'),
+    longCalls: v('longCalls'),
+    longReplies: v('longReplies'),
+    writeChunkCalls: v('writeChunkCalls'),
+    replyChunkCalls: v('replyChunkCalls'),
+    rdmaReads: v('rdmaReads'),
+    rdmaWrites: v('rdmaWrites'),
+    rdmaReadBytes: v('rdmaReadBytes'),
+    rdmaWriteBytes: v('rdmaWriteBytes'),
+    peerRdmaReadBytes: v('peerReadBytes'),
+    peerRdmaWriteBytes: v('peerWriteBytes'),
+    placedBytes: v('placedBytes'),
+    bytesSent: v('bytesSent'),
+    bytesReceived: v('bytesReceived'),
+    localInvalidations: v('localInvalidations'),
+    remoteInvalidations: v('remoteInvalidations'),
+    retries: v('retries'),
+    droppedMessages: v('droppedMessages'),
+    creditStalls: v('creditStalls'),
+  };
+}
+
+export function creditView(cs: ConnectionSnapshot) {
   return {
     granted: cs.credits.granted,
     inUse: cs.credits.outstanding,

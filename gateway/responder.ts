@@ -40,7 +40,8 @@ export class Responder {
   private listener: Listener | null = null;
   private readonly log: Logger;
   private readonly goneWaiters: (() => void)[] = [];
-  private closing = false;
+  private closingFlag = false;
+  private drainingFlag = false;
 
   constructor(private readonly o: ResponderOptions) {
     this.log = o.logger ?? pino({ level: 'silent' });
@@ -52,7 +53,10 @@ export class Responder {
       host: this.o.host,
       port: this.o.port,
       onConnectRequest: (request) => {
-        if (this.closing) {
+        if (this.closingFlag || this.drainingFlag) {
+          // Draining (a rollout, the admin API) or closing: the gateway's pool tries its other peers or
+          // backs off and comes again.
+          this.stats.refused++;
           request.reject();
           return;
         }
@@ -95,6 +99,34 @@ export class Responder {
     return bound;
   }
 
+  /** Where it accepts RDMA connections; null before `listen()` and after `close()`. */
+  address(): { host: string; port: number } | null {
+    return this.listener ? { host: this.listener.host, port: this.listener.port } : null;
+  }
+
+  get closing(): boolean {
+    return this.closingFlag;
+  }
+
+  get draining(): boolean {
+    return this.drainingFlag;
+  }
+
+  /**
+   * Refuses new RDMA connections from now on, so that a load balancer or a rollout can take this
+   * responder out; the accepted ones go on, and their calls finish. `resume()` undoes it.
+   */
+  drain(): void {
+    if (!this.drainingFlag)
+      this.log.info({ links: this.links.size }, 'draining: new RDMA connections refused');
+    this.drainingFlag = true;
+  }
+
+  resume(): void {
+    if (this.drainingFlag) this.log.info('drain cancelled: accepting RDMA connections again');
+    this.drainingFlag = false;
+  }
+
   private onGone(link: UpstreamLink): void {
     this.links.delete(link);
     this.stats.links = this.links.size;
@@ -117,7 +149,7 @@ export class Responder {
 
   /** Stops accepting, closes every connection and waits (bounded) for the upstream sides to end. */
   async close(timeoutMs = 5000): Promise<void> {
-    this.closing = true;
+    this.closingFlag = true;
     await this.listener?.close();
     this.listener = null;
     if (this.links.size === 0) return;

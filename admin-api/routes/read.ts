@@ -1,7 +1,7 @@
 /** The read endpoints: GET only, none of them changes anything. */
 import type { FastifyInstance } from 'fastify';
 import type { AdminContext } from '../app.js';
-import type { ClientInfo, ServerInfo } from '../control.js';
+import type { ClientInfo, ProcessControl, ServerInfo } from '../control.js';
 import { METRICS_CONTENT_TYPE, renderGatewayMetrics } from '../metrics.js';
 import { judgeReadiness } from '../readiness.js';
 import {
@@ -36,9 +36,8 @@ function clientBody(c: ClientInfo) {
   return { ...c, connectedAt: new Date(c.connectedAt).toISOString() };
 }
 
-export function registerReadRoutes(app: FastifyInstance, ctx: AdminContext): void {
-  const { control } = ctx;
-
+/** The read routes of either role: the probes, identity, configuration and log level. */
+export function registerProcessReadRoutes(app: FastifyInstance, control: ProcessControl): void {
   app.get(
     '/livez',
     {
@@ -78,6 +77,35 @@ export function registerReadRoutes(app: FastifyInstance, ctx: AdminContext): voi
     },
     async () => serverInfoBody(control.serverInfo()),
   );
+
+  app.get(
+    '/v1/config',
+    {
+      schema: {
+        summary: 'The effective configuration, secrets redacted',
+        tags: INFO,
+        response: responses(Config, 200, READ_ERRORS),
+      },
+    },
+    async () => control.config(),
+  );
+
+  app.get(
+    '/v1/log-level',
+    {
+      schema: {
+        summary: 'The current log level',
+        tags: INFO,
+        response: responses(LogLevel, 200, READ_ERRORS),
+      },
+    },
+    async () => ({ level: control.logLevel() }),
+  );
+}
+
+/** The gateway's own read routes: properties, statistics, RDMA connection slots, TCP clients, metrics. */
+export function registerReadRoutes(app: FastifyInstance, ctx: AdminContext): void {
+  const { control } = ctx;
 
   app.get(
     '/v1/properties',
@@ -148,30 +176,6 @@ export function registerReadRoutes(app: FastifyInstance, ctx: AdminContext): voi
       },
     },
     async () => ({ clients: control.clients().map(clientBody) }),
-  );
-
-  app.get(
-    '/v1/config',
-    {
-      schema: {
-        summary: 'The effective configuration, secrets redacted',
-        tags: INFO,
-        response: responses(Config, 200, READ_ERRORS),
-      },
-    },
-    async () => control.config(),
-  );
-
-  app.get(
-    '/v1/log-level',
-    {
-      schema: {
-        summary: 'The current log level',
-        tags: INFO,
-        response: responses(LogLevel, 200, READ_ERRORS),
-      },
-    },
-    async () => ({ level: control.logLevel() }),
   );
 
   app.get(

@@ -5,7 +5,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Static } from 'typebox';
 import type { AdminContext } from '../app.js';
-import type { LogLevelName, PropertyValues, UpstreamAction } from '../control.js';
+import type { LogLevelName, ProcessControl, PropertyValues, UpstreamAction } from '../control.js';
 import {
   CloseClientBody,
   Drain,
@@ -28,10 +28,68 @@ function audit(request: FastifyRequest, action: string, fields: Record<string, u
   request.log.info({ remote: request.ip, action, ...fields }, `admin API: ${action}`);
 }
 
+const write = { access: 'write' as const };
+const security = [{ bearerAuth: [] }];
+
+/** The write routes of either role: drain and the log level. */
+export function registerProcessWriteRoutes(app: FastifyInstance, control: ProcessControl): void {
+  app.post(
+    '/v1/drain',
+    {
+      config: write,
+      schema: {
+        summary: 'Drain: /readyz answers 503, no new calls are taken, calls in flight finish',
+        tags: ['lifecycle'],
+        security,
+        response: responses(Drain, 200, WRITE_ERRORS),
+      },
+    },
+    async (request) => {
+      audit(request, 'drain');
+      return control.drain();
+    },
+  );
+
+  app.post(
+    '/v1/drain/cancel',
+    {
+      config: write,
+      schema: {
+        summary: 'Cancel a drain: take calls again',
+        tags: ['lifecycle'],
+        security,
+        response: responses(Drain, 200, WRITE_ERRORS),
+      },
+    },
+    async (request) => {
+      audit(request, 'cancel drain');
+      return control.cancelDrain();
+    },
+  );
+
+  app.put<{ Body: { level: LogLevelName } }>(
+    '/v1/log-level',
+    {
+      config: write,
+      schema: {
+        summary: 'Change the log level at run time',
+        tags: ['information'],
+        security,
+        body: LogLevelBody,
+        response: responses(LogLevel, 200, WRITE_ERRORS),
+      },
+    },
+    async (request) => {
+      audit(request, 'set log level', { level: request.body.level });
+      control.setLogLevel(request.body.level);
+      return { level: control.logLevel() };
+    },
+  );
+}
+
+/** The gateway's own write routes: properties, RDMA connection slots, TCP clients, counter reset. */
 export function registerWriteRoutes(app: FastifyInstance, ctx: AdminContext): void {
   const { control } = ctx;
-  const write = { access: 'write' as const };
-  const security = [{ bearerAuth: [] }];
 
   app.post<{ Body: PropertyRequest }>(
     '/v1/properties/peer-requests',
@@ -139,40 +197,6 @@ export function registerWriteRoutes(app: FastifyInstance, ctx: AdminContext): vo
   );
 
   app.post(
-    '/v1/drain',
-    {
-      config: write,
-      schema: {
-        summary: 'Drain: /readyz answers 503, no new calls are taken, calls in flight finish',
-        tags: ['lifecycle'],
-        security,
-        response: responses(Drain, 200, WRITE_ERRORS),
-      },
-    },
-    async (request) => {
-      audit(request, 'drain');
-      return control.drain();
-    },
-  );
-
-  app.post(
-    '/v1/drain/cancel',
-    {
-      config: write,
-      schema: {
-        summary: 'Cancel a drain: take calls again',
-        tags: ['lifecycle'],
-        security,
-        response: responses(Drain, 200, WRITE_ERRORS),
-      },
-    },
-    async (request) => {
-      audit(request, 'cancel drain');
-      return control.cancelDrain();
-    },
-  );
-
-  app.post(
     '/v1/stats/reset',
     {
       config: write,
@@ -186,25 +210,6 @@ export function registerWriteRoutes(app: FastifyInstance, ctx: AdminContext): vo
     async (request) => {
       audit(request, 'reset counters');
       return { since: ctx.stats.reset(control.counters()).toISOString() };
-    },
-  );
-
-  app.put<{ Body: { level: LogLevelName } }>(
-    '/v1/log-level',
-    {
-      config: write,
-      schema: {
-        summary: 'Change the log level at run time',
-        tags: ['information'],
-        security,
-        body: LogLevelBody,
-        response: responses(LogLevel, 200, WRITE_ERRORS),
-      },
-    },
-    async (request) => {
-      audit(request, 'set log level', { level: request.body.level });
-      control.setLogLevel(request.body.level);
-      return { level: control.logLevel() };
     },
   );
 }

@@ -320,6 +320,8 @@ export async function gatewayChain(
       `${upstream.host}:${upstream.port}`,
       '--responder-listen',
       rdmaEndpoint,
+      '--admin-listen',
+      'off',
       // Ready when it says so ('responder listening', an info line): a native listener is an rdma_cm
       // id, not a TCP socket a probe could connect to.
       '--log-level',

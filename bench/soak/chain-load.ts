@@ -223,7 +223,15 @@ export function serveTestProgramProcess(port: number): Promise<Child> {
 
 export function responderProcess(port: number, upstreamPort: number): Promise<Child> {
   return spawnCli(
-    ['responder', '--responder-listen', `127.0.0.1:${port}`, '--upstream', `127.0.0.1:${upstreamPort}`],
+    [
+      'responder',
+      '--responder-listen',
+      `127.0.0.1:${port}`,
+      '--upstream',
+      `127.0.0.1:${upstreamPort}`,
+      '--admin-listen',
+      'off',
+    ],
     /accepting RPC-over-RDMA/,
   );
 }

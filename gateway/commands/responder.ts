@@ -1,21 +1,36 @@
 /**
  * `rpcrdma-gateway responder`: the responder role on its own — accept RPC-over-RDMA connections on
  * `responder.listen` and forward each over its own TCP connection to `upstream` (`embedded`: the built-in
- * test program, served in this process). SIGTERM / SIGINT close the listener and the connections (the
- * requesters retransmit elsewhere), wait for the upstream connections to end, then exit 0.
+ * test program, served in this process). Its admin API (probes, `/metrics`, connections, drain) listens on
+ * `admin.listen`, by default 127.0.0.1:9250: one port above the gateway's, so that a gateway and a responder
+ * run side by side on one host with neither configured. SIGTERM / SIGINT close the listener and the
+ * connections (the requesters retransmit elsewhere), wait for the upstream connections to end, then exit 0.
  */
 import { selectProvider } from '../../rdma-backend/providers/select.js';
-import { formatHostPort } from '../../tcp-frontend/address.js';
-import { loadConfig } from '../config.js';
+import { formatHostPort, type HostPort } from '../../tcp-frontend/address.js';
+import { type LoadedConfig, loadConfig } from '../config.js';
 import { defaultRegistry, transportOptions } from '../gateway.js';
 import { createLogger } from '../logging.js';
 import { Responder } from '../responder.js';
+import { startResponderAdmin } from '../responder-control.js';
 import { serveTestProgram, type TestProgramServer } from '../test-program/server.js';
 import type { CommandContext } from './context.js';
 import { waitForStopSignal } from './signals.js';
 
+/** The responder's admin port when `admin.listen` is not configured (the gateway's is 9249). */
+export const DEFAULT_RESPONDER_ADMIN_PORT = 9250;
+
+/** Where the responder's admin API listens: `admin.listen` as configured, else the responder's default. */
+export function responderAdminListen({ config, origins }: LoadedConfig): HostPort | 'off' {
+  if (origins['admin.listen'] !== 'default' || config.admin.listen === 'off') return config.admin.listen;
+  return { host: config.admin.listen.host, port: DEFAULT_RESPONDER_ADMIN_PORT };
+}
+
 export async function responder(ctx: CommandContext): Promise<number> {
-  const { config } = loadConfig({ env: ctx.env, flags: ctx.args.flags });
+  const started = Date.now();
+  const loaded = loadConfig({ env: ctx.env, flags: ctx.args.flags });
+  const { config } = loaded;
+  const adminListen = responderAdminListen(loaded);
   // The process's role is a base field of every line; components below add `component` (a child
   // binding is appended, never replaced, so the process logger itself must not carry one).
   const root = createLogger({
@@ -48,14 +63,33 @@ export async function responder(ctx: CommandContext): Promise<number> {
     logger: log.child({ component: 'responder' }),
   });
   const bound = await r.listen();
+  const upstreamText = formatHostPort(upstream.host, upstream.port);
+  let admin: Awaited<ReturnType<typeof startResponderAdmin>>;
+  try {
+    admin = await startResponderAdmin(r, adminListen, {
+      config,
+      logger: root,
+      upstream: testProgram ? `embedded (${upstreamText})` : upstreamText,
+      provider: provider.name,
+      startedAt: started,
+    });
+  } catch (err) {
+    // No responder without its admin API (probes, metrics, drain): stop what started, then fail.
+    log.error({ err: (err as Error).message }, 'the admin API could not start; stopping');
+    await r.close(0);
+    await testProgram?.close({ drainTimeoutMs: 0 });
+    throw err;
+  }
   ctx.stdout.write(
     `rpcrdma-gateway responder: accepting RPC-over-RDMA on ${formatHostPort(bound.host, bound.port)} (${reason}), ` +
-      `forwarding to ${testProgram ? 'the built-in test program at ' : ''}${formatHostPort(upstream.host, upstream.port)}\n`,
+      `forwarding to ${testProgram ? 'the built-in test program at ' : ''}${upstreamText}\n`,
   );
+  if (admin) ctx.stdout.write(`  admin:   ${admin.url}  (docs at ${admin.url}/docs)\n`);
   const signal = await waitForStopSignal();
   log.info({ signal }, 'stop requested');
   await r.close(config.shutdown.drainTimeoutMs);
   await testProgram?.close({ drainTimeoutMs: config.shutdown.drainTimeoutMs });
+  await admin?.api.close();
   log.info({ stats: r.stats }, 'stopped');
   return 0;
 }

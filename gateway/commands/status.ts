@@ -111,14 +111,20 @@ export async function status(ctx: CommandContext): Promise<number> {
     '',
   );
   const token = config.admin.token;
-  const [info, ready, ups, clients, stats] = await Promise.all([
+  const [info, ready] = await Promise.all([
     get(base, '/v1/server-info', token, timeoutMs),
     get(base, '/readyz', token, timeoutMs),
+  ]);
+  const isReady = ready.status === 200;
+  const i = info.body as ServerInfoBody;
+  if (i.role === 'responder') {
+    return responderStatus(ctx, { base, token, timeoutMs, format, info, ready, isReady });
+  }
+  const [ups, clients, stats] = await Promise.all([
     get(base, '/v1/upstreams', token, timeoutMs),
     get(base, '/v1/clients', token, timeoutMs),
     get(base, '/v1/stats?section=frontend,rpc', token, timeoutMs),
   ]);
-  const isReady = ready.status === 200;
   if (format === 'json') {
     stdout.write(
       `${JSON.stringify({ serverInfo: info.body, readiness: ready.body, upstreams: ups.body, clients: clients.body, stats: stats.body }, null, 2)}\n`,
@@ -126,16 +132,6 @@ export async function status(ctx: CommandContext): Promise<number> {
     return isReady ? 0 : EXIT_NOT_READY;
   }
 
-  const i = info.body as {
-    version: string;
-    node: string;
-    role: string;
-    provider: string;
-    state: string;
-    uptimeSeconds: number;
-    listening: string[];
-    peer: string;
-  };
   const r = ready.body as { ready: boolean; reason: string | null };
   const u = (ups.body as { upstreams: Upstream[] }).upstreams;
   const c = (clients.body as { clients: { callsInFlight: number; paused: boolean }[] }).clients;
@@ -145,9 +141,7 @@ export async function status(ctx: CommandContext): Promise<number> {
     rpc: { callsTotal: number; repliesTotal: number; inFlight: number };
   };
   const lines = [
-    `rpcrdma-gateway ${i.version} (${i.role}) at ${base} — ${i.state}, up ${duration(i.uptimeSeconds)}, Node ${i.node}, provider ${i.provider}`,
-    `  ready:     ${r.ready ? 'yes' : `NO — ${r.reason}`}`,
-    `  listening: ${i.listening.join(', ') || '(not bound)'}   peer: ${i.peer}`,
+    ...heading(base, i, r),
     `  RDMA connections (${u.filter((x) => x.state === 'ready').length}/${u.length} ready):`,
     ...u.map(
       (x) =>
@@ -158,4 +152,66 @@ export async function status(ctx: CommandContext): Promise<number> {
   ];
   stdout.write(`${lines.join('\n')}\n`);
   return isReady ? 0 : EXIT_NOT_READY;
+}
+
+interface ServerInfoBody {
+  version: string;
+  node: string;
+  role: string;
+  provider: string;
+  state: string;
+  uptimeSeconds: number;
+  listening: string[];
+  peer: string;
+}
+
+function heading(base: string, i: ServerInfoBody, r: { ready: boolean; reason: string | null }): string[] {
+  return [
+    `rpcrdma-gateway ${i.version} (${i.role}) at ${base} — ${i.state}, up ${duration(i.uptimeSeconds)}, Node ${i.node}, provider ${i.provider}`,
+    `  ready:     ${r.ready ? 'yes' : `NO — ${r.reason}`}`,
+    `  listening: ${i.listening.join(', ') || '(not bound)'}   ${i.role === 'responder' ? 'upstream' : 'peer'}: ${i.peer}`,
+  ];
+}
+
+/** A responder's summary: its accepted RDMA connections and its counters (it has no clients or pool). */
+async function responderStatus(
+  ctx: CommandContext,
+  o: {
+    base: string;
+    token: string;
+    timeoutMs: number;
+    format: string;
+    info: { body: unknown };
+    ready: { body: unknown };
+    isReady: boolean;
+  },
+): Promise<number> {
+  const [conns, stats] = await Promise.all([
+    get(o.base, '/v1/connections', o.token, o.timeoutMs),
+    get(o.base, '/v1/stats', o.token, o.timeoutMs),
+  ]);
+  const exit = o.isReady ? 0 : EXIT_NOT_READY;
+  if (o.format === 'json') {
+    ctx.stdout.write(
+      `${JSON.stringify({ serverInfo: o.info.body, readiness: o.ready.body, connections: conns.body, stats: stats.body }, null, 2)}\n`,
+    );
+    return exit;
+  }
+  const u = (conns.body as { connections: Upstream[] }).connections;
+  const s = (stats.body as { responder: Record<string, number> }).responder;
+  const lines = [
+    ...heading(
+      o.base,
+      o.info.body as ServerInfoBody,
+      o.ready.body as { ready: boolean; reason: string | null },
+    ),
+    `  RDMA connections accepted (${u.length} open):`,
+    ...u.map(
+      (x) =>
+        `    #${x.id} ${x.peer} ${x.state.padEnd(11)} v${x.version}  ${x.callsInFlight} calls in progress`,
+    ),
+    `  traffic: ${s.callsForwarded} calls forwarded, ${s.repliesSent} replies, ${s.pending} waiting upstream; ${s.connectionsAccepted} connections accepted, ${s.connectionsRefused} refused, ${s.acceptFailures} failed`,
+  ];
+  ctx.stdout.write(`${lines.join('\n')}\n`);
+  return exit;
 }

@@ -72,6 +72,8 @@ export interface ResponderStats {
   callbacksFailed: number;
   /** Connection requests the device could not accept (a resource limit): rejected, nothing kept. */
   acceptFailures: number;
+  /** Connection requests rejected because the responder was draining or closing. */
+  refused: number;
   /** Gauges. */
   links: number;
   pending: number;
@@ -89,6 +91,7 @@ export function createResponderStats(): ResponderStats {
     callbackReplies: 0,
     callbacksFailed: 0,
     acceptFailures: 0,
+    refused: 0,
     links: 0,
     pending: 0,
   };
