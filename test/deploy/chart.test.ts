@@ -84,6 +84,7 @@ test('config defaults in values.yaml are the gateway defaults (log.format: json 
 
 test('the checked-in examples are what the templates render now', (t) => {
   t.true(exampleNames.length >= 3);
+  t.true(exampleNames.includes('responder'), 'an example of the responder role');
   const r = runNode(['deploy/scripts/render-examples.mjs', '--check']);
   t.is(r.status, 0, r.stderr);
 });
@@ -137,16 +138,15 @@ for (const name of exampleNames) {
     const pod = workload.spec.template;
     const c = pod.spec.containers[0];
     t.is(c.args[0], mode === 'gateway' ? 'start' : 'responder');
-    if (mode === 'gateway') {
-      t.is(c.livenessProbe.httpGet.path, '/livez');
-      t.is(c.readinessProbe.httpGet.path, '/readyz');
-      t.is(c.readinessProbe.httpGet.port, 'admin');
-    } else {
-      // The responder serves no admin API; the example's native listener has no TCP port to probe.
-      t.is(c.livenessProbe, undefined);
-      t.is(c.lifecycle, undefined);
-      t.false(c.ports.some((p: { name: string }) => p.name === 'admin'));
-    }
+    // Both roles serve the admin API: HTTP probes on its port, whatever the RDMA provider (the responder
+    // example's native listener has no TCP port, the admin API does).
+    t.deepEqual(c.startupProbe.httpGet, { path: '/livez', port: 'admin' });
+    t.deepEqual(c.livenessProbe.httpGet, { path: '/livez', port: 'admin' });
+    t.deepEqual(c.readinessProbe.httpGet, { path: '/readyz', port: 'admin' });
+    for (const probe of [c.startupProbe, c.livenessProbe, c.readinessProbe]) t.is(probe.tcpSocket, undefined);
+    const adminPort = c.ports.find((p: { name: string }) => p.name === 'admin')?.containerPort;
+    // Unless the example sets ports.admin, each role gets its own default (9249 gateway, 9250 responder).
+    t.is(adminPort, exampleValues.ports?.admin || (mode === 'gateway' ? 9249 : 9250));
 
     // Configuration: the ConfigMap's file is accepted by the gateway's own loader, and the ports agree.
     const [cm] = byKind('ConfigMap');
@@ -158,24 +158,20 @@ for (const name of exampleNames) {
       const dataPort = c.ports.find((p: { name: string }) => p.name !== 'admin').containerPort;
       t.is(mode === 'gateway' ? config.frontend.listen[0].port : config.responder.listen.port, dataPort);
       t.is(config.rdma.provider, exampleValues.config?.rdma?.provider ?? values.config.rdma.provider);
-      if (mode === 'gateway') {
-        const adminPort = c.ports.find((p: { name: string }) => p.name === 'admin').containerPort;
-        t.deepEqual(config.admin.listen, { host: '0.0.0.0', port: adminPort });
-      }
+      // The chart sets admin.listen explicitly in either role (the responder does not fall back to its
+      // unconfigured default), on the port the container declares and the probes use.
+      t.deepEqual(config.admin.listen, { host: '0.0.0.0', port: adminPort });
       // Grace period: above the preStop delay plus the drain timeout, or the kubelet kills calls in flight.
-      const delay = mode === 'gateway' ? Number(c.lifecycle.preStop.exec.command.at(-1)) / 1000 : 0;
+      const delay = Number(c.lifecycle.preStop.exec.command.at(-1)) / 1000;
+      t.true(delay > 0);
       t.true(pod.spec.terminationGracePeriodSeconds > delay + config.shutdown.drainTimeoutMs / 1000);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
-    if (mode === 'gateway') {
-      t.deepEqual(c.lifecycle.preStop.exec.command.slice(0, 4), [
-        'node',
-        '/app/deploy/scripts/admin-call.mjs',
-        'POST',
-        '/v1/drain',
-      ]);
-    }
+    // preStop drains through the admin API of the container's own role, on its port.
+    const preStop = c.lifecycle.preStop.exec.command as string[];
+    t.deepEqual(preStop.slice(0, 4), ['node', '/app/deploy/scripts/admin-call.mjs', 'POST', '/v1/drain']);
+    t.is(preStop[preStop.indexOf('--admin') + 1], `127.0.0.1:${adminPort}`);
 
     // The admin token reaches the container from a Secret (the chart's, or an existing one).
     const ref = c.env.find((e: { name: string }) => e.name === 'RPCRDMA_GATEWAY_ADMIN_TOKEN').valueFrom
@@ -208,15 +204,28 @@ for (const name of exampleNames) {
       t.is(pod.spec.dnsPolicy, 'ClusterFirstWithHostNet');
     } else t.is(pod.spec.hostNetwork, undefined);
 
-    // The data port's Service and, separately (gateway only: the responder has no admin API), the
-    // admin/metrics port's; all select the pods.
+    // The data port's Service and, separately, the admin/metrics port's (both roles); all select the pods.
     const services = byKind('Service');
-    t.is(services.length, mode === 'gateway' ? 2 : 1);
+    t.is(services.length, 2);
     const podLabels = pod.metadata.labels as Record<string, string>;
     for (const s of services)
       for (const [k, v] of Object.entries(s.spec.selector as Record<string, string>)) t.is(podLabels[k], v);
     const ports = services.map((s) => s.spec.ports.map((p: { targetPort: string }) => p.targetPort));
-    t.deepEqual(ports.sort(), mode === 'gateway' ? [['admin'], ['nfs']] : [['rpcrdma']]);
-    t.is(byKind('ServiceMonitor').length, exampleValues.metrics?.serviceMonitor?.enabled ? 1 : 0);
+    t.deepEqual(ports.sort(), [['admin'], [mode === 'gateway' ? 'nfs' : 'rpcrdma']]);
+    const adminService = services.find((s) => s.metadata.labels?.['app.kubernetes.io/service'] === 'admin');
+    t.is(adminService?.spec.type, 'ClusterIP');
+    t.is(adminService?.spec.ports[0].port, adminPort);
+
+    // A ServiceMonitor, when enabled (the responder example has one), scrapes /metrics on that Service.
+    const monitors = byKind('ServiceMonitor');
+    t.is(monitors.length, exampleValues.metrics?.serviceMonitor?.enabled ? 1 : 0);
+    for (const m of monitors) {
+      for (const [k, v] of Object.entries(m.spec.selector.matchLabels as Record<string, string>))
+        t.is(adminService?.metadata.labels?.[k], v, `the ServiceMonitor's ${k} selects the admin Service`);
+      t.deepEqual(
+        m.spec.endpoints.map((e: { port: string; path: string }) => [e.port, e.path]),
+        [['admin', '/metrics']],
+      );
+    }
   });
 }

@@ -80,9 +80,31 @@ test('the compose demo wires client → gateway → responder → ganesha with r
   t.is(responder.environment.RPCRDMA_GATEWAY_RESPONDER_LISTEN, '0.0.0.0:20049');
   t.is(gateway.environment.RPCRDMA_GATEWAY_RDMA_PEER, 'responder:20049');
   t.is(gateway.depends_on.responder.condition, 'service_healthy');
-  // The responder has no admin API: its health is its port, and its drain needs more than Docker's 10 s.
-  t.regex(responder.healthcheck.test.join(' '), /connect\(20049/);
-  t.is(responder.stop_grace_period, '40s');
+  // Both roles' health is the image's HEALTHCHECK, admin-call.mjs GET /livez at RPCRDMA_GATEWAY_ADMIN_LISTEN
+  // (no --admin of its own): neither service overrides or disables it, and each sets that variable, the
+  // responder to its own default port, so both publish on the host's loopback side by side.
+  const health = /^HEALTHCHECK .*CMD (\[.*\])$/m.exec(
+    readRepo('deploy', 'docker', 'Dockerfile').replace(/\\\n\s*/g, ''),
+  );
+  t.truthy(health, 'the image has a HEALTHCHECK');
+  t.deepEqual(JSON.parse(health![1]), ['node', '/app/deploy/scripts/admin-call.mjs', 'GET', '/livez']);
+  const published = new Set<string>();
+  for (const [svc, port] of [
+    [responder, 9250],
+    [gateway, 9249],
+  ] as const) {
+    t.is(svc.healthcheck, undefined, 'the image healthcheck applies');
+    t.is(svc.environment.RPCRDMA_GATEWAY_ADMIN_LISTEN, `0.0.0.0:${port}`);
+    t.true(svc.ports.includes(`127.0.0.1:${port}:${port}`), `admin port ${port} published on loopback`);
+    for (const p of svc.ports) {
+      const hostSide = p.split(':').slice(0, 2).join(':');
+      t.false(published.has(hostSide), `${hostSide} published once`);
+      published.add(hostSide);
+    }
+    // Drain on SIGTERM needs more than Docker's 10 s.
+    t.is(svc.stop_grace_period, '40s');
+  }
+  t.truthy(responder.environment.RPCRDMA_GATEWAY_ADMIN_TOKEN, 'a token for its write routes (drain)');
   t.is(responder.build.dockerfile, 'deploy/docker/Dockerfile');
   // ganesha as the interop tests run it (DESIGN §4): NFSv4 only, no UDP/NLM/RQUOTA, no grace period.
   const conf = readRepo('deploy', 'compose', 'ganesha', 'ganesha.conf');

@@ -6,7 +6,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import test from 'ava';
-import { chartDir, helmLite, parseManifests } from './repo.js';
+import { loadConfig } from '../../gateway/config.js';
+import { chartDir, helmLite, type K8sObject, parseManifests } from './repo.js';
 
 /** Renders a one-template chart with `values`. */
 async function renderOne(template: string, values: string, helpers = ''): Promise<string> {
@@ -101,29 +102,108 @@ test('a privileged port: refused on the host network without root; a pod sysctl 
   t.regex(root.manifests.map((m) => m.text).join(''), /- NET_BIND_SERVICE/);
 });
 
-test('responder mode serves port 20049 and runs the responder command', async (t) => {
-  const { manifests } = await renderChartWith('mode: responder\nkind: DaemonSet\n');
-  const docs = parseManifests(manifests.map((m) => `---\n${m.text}`).join('\n'));
+/** The manifests of a render, parsed. */
+function docsOf(rendered: { manifests: { text: string }[] }) {
+  return parseManifests(rendered.manifests.map((m) => `---\n${m.text}`).join('\n'));
+}
+
+/** The ConfigMap's configuration file, loaded by the gateway's own loader. */
+function loadRenderedConfig(docs: K8sObject[]) {
+  const cm = docs.find((d) => d.kind === 'ConfigMap');
+  const dir = mkdtempSync(join(tmpdir(), 'rpcrdma-render-'));
+  try {
+    const file = join(dir, 'gateway.yaml');
+    writeFileSync(file, cm!.data!['gateway.yaml']);
+    return loadConfig({ file, env: {} }).config;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+test('responder mode serves port 20049, runs the responder command, and serves the admin API on 9250', async (t) => {
+  const rendered = await renderChartWith('mode: responder\nkind: DaemonSet\n');
+  const docs = docsOf(rendered);
   const ds = docs.find((d) => d.kind === 'DaemonSet');
   const c = ds!.spec.template.spec.containers[0];
   t.is(c.args[0], 'responder');
-  // The responder serves no admin API: no admin port, no admin Service, no HTTP probes, no drain call.
+  // The responder serves the admin API: its own default port (the gateway's is 9249), declared next to the
+  // RPC-over-RDMA port and written into the configuration file as admin.listen.
   t.deepEqual(
     c.ports.map((p: { name: string; containerPort: number }) => [p.name, p.containerPort]),
-    [['rpcrdma', 20049]],
+    [
+      ['rpcrdma', 20049],
+      ['admin', 9250],
+    ],
   );
-  t.false(docs.some((d) => d.kind === 'Service' && d.metadata.name.endsWith('-admin')));
-  t.is(c.lifecycle, undefined);
-  // With provider auto (the default) the listener may be native (no TCP port): no probes at all.
-  t.is(c.startupProbe, undefined);
-  t.is(c.readinessProbe, undefined);
-  // With the soft provider it listens on TCP: the probes connect to that port.
-  const soft = await renderChartWith('mode: responder\nconfig: {rdma: {provider: soft}}\n');
-  const dep = parseManifests(soft.manifests.map((m) => `---\n${m.text}`).join('\n')).find(
-    (d) => d.kind === 'Deployment',
-  );
-  const sc = dep!.spec.template.spec.containers[0];
-  for (const probe of [sc.startupProbe, sc.livenessProbe, sc.readinessProbe]) {
-    t.deepEqual(probe.tcpSocket, { port: 'rpcrdma' });
+  const config = loadRenderedConfig(docs);
+  t.deepEqual(config.admin.listen, { host: '0.0.0.0', port: 9250 });
+  t.deepEqual(config.responder.listen, { host: '0.0.0.0', port: 20049 });
+  // HTTP probes on the admin port, even with provider auto (the default), whose listener may be native and
+  // have no TCP port: /livez for start-up and liveness, /readyz for readiness; no TCP probe left.
+  t.deepEqual(c.startupProbe.httpGet, { path: '/livez', port: 'admin' });
+  t.deepEqual(c.livenessProbe.httpGet, { path: '/livez', port: 'admin' });
+  t.deepEqual(c.readinessProbe.httpGet, { path: '/readyz', port: 'admin' });
+  for (const probe of [c.startupProbe, c.livenessProbe, c.readinessProbe]) t.is(probe.tcpSocket, undefined);
+  // preStop drains the responder through its admin API, then waits for the endpoints to drop it.
+  t.deepEqual(c.lifecycle.preStop.exec.command, [
+    'node',
+    '/app/deploy/scripts/admin-call.mjs',
+    'POST',
+    '/v1/drain',
+    '--admin',
+    '127.0.0.1:9250',
+    '--sleep-after-ms',
+    '5000',
+  ]);
+  // The admin Service selects the responder's pods and targets the admin port.
+  const admin = docs.find((d) => d.kind === 'Service' && d.metadata.name.endsWith('-admin'));
+  t.truthy(admin, 'an admin Service');
+  t.is(admin!.spec.selector['app.kubernetes.io/component'], 'responder');
+  t.deepEqual(admin!.spec.ports, [{ name: 'admin', port: 9250, targetPort: 'admin', protocol: 'TCP' }]);
+  t.regex(rendered.notes, /admin API, port 9250/);
+  // With the soft provider nothing changes: the probes stay on the admin API.
+  const soft = docsOf(await renderChartWith('mode: responder\nconfig: {rdma: {provider: soft}}\n'));
+  const sc = soft.find((d) => d.kind === 'Deployment')!.spec.template.spec.containers[0];
+  t.deepEqual(sc.readinessProbe.httpGet, { path: '/readyz', port: 'admin' });
+  t.is(sc.readinessProbe.tcpSocket, undefined);
+});
+
+test("ports.admin: 0 takes each role's default; a set value is used as given in either role", async (t) => {
+  const gateway = docsOf(await renderChartWith('{}\n'));
+  t.deepEqual(loadRenderedConfig(gateway).admin.listen, { host: '0.0.0.0', port: 9249 });
+  for (const mode of ['gateway', 'responder']) {
+    const docs = docsOf(await renderChartWith(`mode: ${mode}\nports: {admin: 9300}\n`));
+    const c = docs.find((d) => d.kind === 'Deployment')!.spec.template.spec.containers[0];
+    t.is(c.ports.find((p: { name: string }) => p.name === 'admin').containerPort, 9300, mode);
+    t.deepEqual(loadRenderedConfig(docs).admin.listen, { host: '0.0.0.0', port: 9300 }, mode);
+    t.true(c.lifecycle.preStop.exec.command.includes('127.0.0.1:9300'), mode);
+    const admin = docs.find((d) => d.kind === 'Service' && d.metadata.name.endsWith('-admin'));
+    t.is(admin!.spec.ports[0].port, 9300, mode);
+  }
+});
+
+test('a ServiceMonitor renders in either role, and needs the admin Service', async (t) => {
+  for (const mode of ['gateway', 'responder']) {
+    const docs = docsOf(
+      await renderChartWith(
+        `mode: ${mode}\nmetrics: {serviceMonitor: {enabled: true, labels: {release: p}}}\n`,
+      ),
+    );
+    const sm = docs.find((d) => d.kind === 'ServiceMonitor');
+    t.truthy(sm, `a ServiceMonitor in ${mode} mode`);
+    t.is(sm!.metadata.labels?.release, 'p');
+    const admin = docs.find((d) => d.kind === 'Service' && d.metadata.name.endsWith('-admin'));
+    t.deepEqual(sm!.spec.selector.matchLabels, {
+      ...admin!.spec.selector,
+      'app.kubernetes.io/service': 'admin',
+    });
+    t.is(admin!.metadata.labels?.['app.kubernetes.io/service'], 'admin');
+    t.deepEqual(sm!.spec.endpoints, [{ port: 'admin', path: '/metrics', interval: '30s' }]);
+    await t.throwsAsync(
+      renderChartWith(
+        `mode: ${mode}\nadminService: {enabled: false}\nmetrics: {serviceMonitor: {enabled: true}}\n`,
+      ),
+      { message: /needs adminService\.enabled/ },
+    );
   }
 });

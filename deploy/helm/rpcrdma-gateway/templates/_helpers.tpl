@@ -69,6 +69,13 @@ app.kubernetes.io/component: {{ .Values.mode }}
 {{- if eq .Values.mode "gateway" -}}nfs{{- else -}}rpcrdma{{- end -}}
 {{- end -}}
 
+{{/* The admin API's port: ports.admin, or with 0 the role's own default (the binary's when admin.listen is
+not configured): 9249 for the gateway, 9250 for the responder, so that both roles can share a node's host
+network. */}}
+{{- define "rpcrdma-gateway.adminPort" -}}
+{{- if .Values.ports.admin -}}{{ .Values.ports.admin }}{{- else if eq .Values.mode "gateway" -}}9249{{- else -}}9250{{- end -}}
+{{- end -}}
+
 {{/* HOST:PORT for the gateway configuration; an IPv6 host is bracketed. */}}
 {{- define "rpcrdma-gateway.hostPort" -}}
 {{- if contains ":" .host -}}[{{ .host }}]:{{ .port }}{{- else -}}{{ .host }}:{{ .port }}{{- end -}}
