@@ -76,12 +76,20 @@ async function provingDataPath(
     ctx.t.true(d.readChunkCalls >= 1, 'WRITE data went in Read chunks');
     ctx.t.is(d.longCalls, 0, 'no Long Call (Position-Zero Read chunk)');
     ctx.t.true(d.bytesSent < headerBudget, `WRITE data not in Sends (${d.bytesSent} B sent)`);
+    ctx.t.true(
+      d.responderRdmaReadBytes >= size,
+      `the responder pulled the WRITE data by RDMA Read (${d.responderRdmaReadBytes} B)`,
+    );
   } else {
     ctx.t.true(d.repliesReceived >= 1);
     ctx.t.is(d.longReplies, 0, 'no READ reply came in a Reply chunk');
     ctx.t.true(
       d.bytesReceived < headerBudget,
       `READ data not in Receives (${d.bytesReceived} B): Write chunks`,
+    );
+    ctx.t.true(
+      d.responderRdmaWriteBytes >= size,
+      `the responder pushed the READ data by RDMA Write (${d.responderRdmaWriteBytes} B)`,
     );
   }
 }

@@ -8,7 +8,6 @@
  * relays one RPC server per listener, and program routing (NFS and MOUNT behind one gateway) is a later
  * issue. Only the NFS program crosses the RDMA link — which is where the chunks are.
  */
-import { readFileSync } from 'node:fs';
 import { get } from 'node:http';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -55,38 +54,45 @@ export function httpGet(url: string, timeoutMs = 3000): Promise<{ status: number
   });
 }
 
-function logHas(proc: ManagedProcess, text: string): boolean {
-  try {
-    return readFileSync(proc.spec.logPath, 'utf8').includes(text);
-  } catch {
-    return false;
-  }
-}
+const GATEWAY_SIDE = [
+  'inlineCalls',
+  'readChunkCalls',
+  'longCalls',
+  'longReplies',
+  'repliesReceived',
+  'bytesSent',
+  'bytesReceived',
+] as const;
 
-type UpstreamStats = DataPathCounters & { id: number };
-
-/** Sums the per-upstream (per RDMA connection) counters of the gateway's `/v1/stats`. */
-export async function gatewayCounters(adminUrl: string): Promise<DataPathCounters> {
+async function statsOf<T>(adminUrl: string): Promise<T> {
   const res = await httpGet(`${adminUrl}/v1/stats`);
   if (res.status !== 200)
     throw new Error(`GET ${adminUrl}/v1/stats: ${res.status} ${res.body.slice(0, 200)}`);
-  const stats = JSON.parse(res.body) as { upstreams: UpstreamStats[] };
-  const sum: DataPathCounters = {
-    inlineCalls: 0,
-    readChunkCalls: 0,
-    longCalls: 0,
-    longReplies: 0,
-    repliesReceived: 0,
-    bytesSent: 0,
-    bytesReceived: 0,
-  };
-  for (const u of stats.upstreams)
-    for (const k of Object.keys(sum) as (keyof DataPathCounters)[]) sum[k] += u[k];
+  return JSON.parse(res.body) as T;
+}
+
+/**
+ * The gateway's per-upstream (per RDMA connection) counters summed, and the responder's RDMA Read and
+ * Write bytes summed over its accepted connections: each end's own account of the same transfer.
+ */
+export async function chainCounters(adminUrl: string, responderAdminUrl: string): Promise<DataPathCounters> {
+  type Counters = Record<string, number>;
+  const [gateway, responder] = await Promise.all([
+    statsOf<{ upstreams: Counters[] }>(adminUrl),
+    statsOf<{ connections: Counters[] }>(responderAdminUrl),
+  ]);
+  const sum = { responderRdmaReadBytes: 0, responderRdmaWriteBytes: 0 } as DataPathCounters;
+  for (const k of GATEWAY_SIDE) sum[k] = gateway.upstreams.reduce((n, u) => n + u[k], 0);
+  for (const c of responder.connections) {
+    sum.responderRdmaReadBytes += c.rdmaReadBytes;
+    sum.responderRdmaWriteBytes += c.rdmaWriteBytes;
+  }
   return sum;
 }
 
 export interface GatewayChain extends TargetLink {
   adminUrl: string;
+  responderAdminUrl: string;
   responderPort: number;
   gateway: ManagedProcess;
   responder: ManagedProcess;
@@ -99,7 +105,8 @@ export async function startGatewayChain(
   hooks: TargetHooks,
   protocolVersion: 1 | 2,
 ): Promise<GatewayChain> {
-  const [responderPort, gatewayPort, adminPort] = await freePorts(3);
+  const [responderPort, gatewayPort, adminPort, responderAdminPort] = await freePorts(4);
+  const responderAdminUrl = `http://127.0.0.1:${responderAdminPort}`;
   // The RDMA link (what scenario 6 decodes) and the frontend (what scenario 3 counts connections on).
   const capturePorts = [responderPort, gatewayPort];
   const up = backend.endpoint;
@@ -116,11 +123,12 @@ export async function startGatewayChain(
       '--rdma-protocol-version',
       String(protocolVersion),
       '--admin-listen',
-      'off',
+      `127.0.0.1:${responderAdminPort}`,
       ...COMMON_FLAGS,
     ],
-    // A TCP probe would be an MPA peer that never speaks: wait for the responder's own line instead.
-    ready: async (proc) => logHas(proc, '"responder listening"'),
+    // Its /readyz: the RDMA listener is bound (a TCP probe of that port would be an MPA peer that never
+    // speaks).
+    ready: async () => (await httpGet(`${responderAdminUrl}/readyz`, 1000)).status === 200,
     readyTimeoutMs: 20_000,
   });
   await hooks.beforeConnect(capturePorts);
@@ -148,8 +156,9 @@ export async function startGatewayChain(
   return {
     endpoint: { host: '127.0.0.1', nfsPort: gatewayPort, mountPort: up.mountPort, exportPath: up.exportPath },
     capturePorts,
-    counters: () => gatewayCounters(adminUrl),
+    counters: () => chainCounters(adminUrl, responderAdminUrl),
     adminUrl,
+    responderAdminUrl,
     responderPort,
     gateway,
     responder,

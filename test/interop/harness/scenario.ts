@@ -24,6 +24,12 @@ export interface DataPathCounters {
   /** Bytes carried by Sends / Receives: small when the payloads moved by RDMA Read / Write instead. */
   bytesSent: number;
   bytesReceived: number;
+  /**
+   * The other end's view, from the responder's own admin API: bytes it pulled by RDMA Read (WRITE data
+   * from the gateway's Read chunks) and pushed by RDMA Write (READ data into the gateway's Write chunks).
+   */
+  responderRdmaReadBytes: number;
+  responderRdmaWriteBytes: number;
 }
 
 export interface TargetLink {
