@@ -11,7 +11,7 @@
  * Setup: RFC 8797 private data in the CM exchange both ways. Version negotiation (seed 004 §7): a client
  * that may use Version 2 sends one RDMA2_CONNPROP (≤ 1024 bytes, F_RESPONSE clear) and nothing more until
  * the server answers with its CONNPROP (Version 2, carrying the server's grant) or with ERR_VERS, on which
- * it falls back to Version 1 and remembers that per peer (`peerVersions`). A server answers in the version
+ * it falls back to Version 1 and remembers that per peer (`peerVersions`; a guess for `versionGuessTtlMs`). A server answers in the version
  * the client used. Unknown properties are ignored (seed 004 §5.3.4).
  *
  * Receives: every end posts `credits + backwardCredits + CONTROL_RESERVE` Receives (a Version 2 server
@@ -73,8 +73,9 @@ import {
   KIND_RECV,
   KIND_SEND,
   KIND_SHIFT,
-  peerVersions,
   type Resolved,
+  rememberedVersion,
+  rememberVersion,
   resolve,
   SEND_SIGNAL_INTERVAL,
   SILENT,
@@ -625,7 +626,7 @@ export class RpcRdmaConnection {
   }
 
   startNegotiation(): void {
-    const remembered = peerVersions.get(this.peerKey);
+    const remembered = rememberedVersion(this.peerKey);
     if (this.opts.maxVersion === 1 || remembered === 1) {
       this.useVersion(1);
       return;
@@ -646,10 +647,15 @@ export class RpcRdmaConnection {
   private readonly negotiationTimedOut = (): void => {
     this.negotiationTimer = null;
     if (this.state !== 'negotiating') return;
-    peerVersions.set(this.peerKey, 1);
+    rememberVersion(this.peerKey, 1, this.opts.versionGuessTtlMs);
     this.log.warn(
-      { peer: this.peerKey, connection: this.id, timeoutMs: this.opts.negotiationTimeoutMs },
-      'no answer to the Version 2 CONNPROP: closing; the next connection to this peer speaks Version 1',
+      {
+        peer: this.peerKey,
+        connection: this.id,
+        timeoutMs: this.opts.negotiationTimeoutMs,
+        versionGuessTtlMs: this.opts.versionGuessTtlMs,
+      },
+      'no answer to the Version 2 CONNPROP: closing; the next connections to this peer speak Version 1 for versionGuessTtlMs',
     );
     this.close(
       `no answer to CONNPROP within ${this.opts.negotiationTimeoutMs} ms (taken for a Version 1 peer)`,

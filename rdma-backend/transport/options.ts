@@ -75,6 +75,13 @@ export interface TransportOptions {
    */
   negotiationTimeoutMs?: number;
   /**
+   * How long a peer taken for Version 1 only because its CONNPROP went unanswered stays so. A server
+   * that was merely slow once (a stall, a restart) gets Version 2 again after it; one that refused
+   * Version 2 outright (RDMA2_ERR_VERS) or answered is remembered for the life of the process.
+   * Default 600000 ms (10 min).
+   */
+  versionGuessTtlMs?: number;
+  /**
    * Where the transport reports what it cannot hand to anyone else (a user handler that threw). A pino
    * logger fits; the default writes nothing but the `handlerErrors` counter still counts.
    */
@@ -102,6 +109,7 @@ export function resolve(o: TransportOptions): Resolved {
     acceptRemoteInvalidate: o.acceptRemoteInvalidate ?? true,
     useRemoteInvalidate: o.useRemoteInvalidate ?? true,
     negotiationTimeoutMs: o.negotiationTimeoutMs ?? 5000,
+    versionGuessTtlMs: o.versionGuessTtlMs ?? 600_000,
     ird: o.ird,
     ord: o.ord,
   };
@@ -112,6 +120,30 @@ export function resolve(o: TransportOptions): Resolved {
  * next connection to avoid a negotiation loop). Process-wide on purpose: it describes the peer.
  */
 export const peerVersions = new Map<string, 1 | 2>();
+
+/** Peers in `peerVersions` only on a guess (an unanswered CONNPROP), and until when (`performance.now()`). */
+const guessedUntil = new Map<string, number>();
+
+/**
+ * Remembers the version `peerKey` speaks: for good when the peer said so (an answer, RDMA2_ERR_VERS), for
+ * `guessTtlMs` when it is a guess (seed 004 §7.2: an unanswered CONNPROP is taken for a Version 1 peer).
+ */
+export function rememberVersion(peerKey: string, version: 1 | 2, guessTtlMs?: number): void {
+  peerVersions.set(peerKey, version);
+  if (guessTtlMs === undefined) guessedUntil.delete(peerKey);
+  else guessedUntil.set(peerKey, performance.now() + guessTtlMs);
+}
+
+/** The version remembered for `peerKey`, if any; a guess that has expired is forgotten here. */
+export function rememberedVersion(peerKey: string): 1 | 2 | undefined {
+  const until = guessedUntil.get(peerKey);
+  if (until !== undefined && performance.now() >= until) {
+    guessedUntil.delete(peerKey);
+    peerVersions.delete(peerKey);
+    return undefined;
+  }
+  return peerVersions.get(peerKey);
+}
 
 /** The structured logger the transport writes to (a pino `Logger` fits). */
 export interface TransportLogger {

@@ -28,7 +28,15 @@ import {
 import { WcStatus, type WorkCompletion, wcStatusName } from '../verbs/index.js';
 import type { RpcRdmaConnection } from './connection.js';
 import { answerDecodeError, nextControlXid, sendConnProp, sendError, sendVersError } from './control.js';
-import { KIND_INV, KIND_PULL, KIND_READ, KIND_RECV, KIND_SEND, KIND_SHIFT, peerVersions } from './options.js';
+import {
+  KIND_INV,
+  KIND_PULL,
+  KIND_READ,
+  KIND_RECV,
+  KIND_SEND,
+  KIND_SHIFT,
+  rememberVersion,
+} from './options.js';
 import { failUndecodableReply, onInvalidated, onPullDone, onReply, pump } from './requester.js';
 import { flushPendingReplies, onDone, onInboundCall, onReadDone } from './responder.js';
 
@@ -248,7 +256,7 @@ export function onNegotiationAnswer(c: RpcRdmaConnection, h: RpcRdmaHeader): voi
   if (h.version === 2 && h.htype === RDMA2_CONNPROP) {
     c.props.applyConnProp(h.props);
     c.credits.update(h.credit);
-    peerVersions.set(c.peerKey, 2);
+    rememberVersion(c.peerKey, 2);
     c.useVersion(2);
     return;
   }
@@ -257,14 +265,14 @@ export function onNegotiationAnswer(c: RpcRdmaConnection, h: RpcRdmaHeader): voi
     const e = (h as { error: RpcRdmaErrorBody }).error;
     if ((e.versLow ?? 1) <= 1) {
       // Seed 004 §7.2: continue in a version the server supports, and remember it for c peer.
-      peerVersions.set(c.peerKey, 1);
+      rememberVersion(c.peerKey, 1);
       c.useVersion(1);
       return;
     }
   }
   if (h.version === 2 && (h.htype === RDMA2_MSG || h.htype === RDMA2_NOMSG)) {
     // A Version 2 server that did not send CONNPROP first: accept its version anyway.
-    peerVersions.set(c.peerKey, 2);
+    rememberVersion(c.peerKey, 2);
     c.useVersion(2);
     return;
   }

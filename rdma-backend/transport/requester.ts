@@ -47,7 +47,7 @@ import {
   KIND_SHIFT,
   MAX_RESOURCE_RETRIES,
   PLACEMENT_MIN_BYTES,
-  peerVersions,
+  rememberVersion,
 } from './options.js';
 import { ReplyPlacement } from './placement.js';
 import type { ChunkRegistration } from './registration.js';
@@ -587,7 +587,7 @@ export function onErrorReply(
       break;
     }
     case RDMA2_ERR_VERS:
-      if (c.version === 2) peerVersions.set(c.peerKey, 1);
+      if (c.version === 2) rememberVersion(c.peerKey, 1);
       break;
     default:
       break;

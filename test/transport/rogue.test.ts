@@ -355,9 +355,10 @@ test("client end: a reply is its call's even when the call shares its XID with a
   }
 });
 
-test('client end: a server that never answers the Version 2 CONNPROP is taken for a Version 1 one', async (t) => {
+test('client end: a server that never answers the Version 2 CONNPROP is taken for a Version 1 one, for versionGuessTtlMs', async (t) => {
   const key = `rogue-silent-${process.pid}`;
-  const s = await clientToRogue('silent', 2, { negotiationTimeoutMs: 200, peerKey: key });
+  const ttl = { negotiationTimeoutMs: 200, peerKey: key, versionGuessTtlMs: 1500 };
+  const s = await clientToRogue('silent', 2, ttl);
   try {
     const cp = decodeHeader(await s.peer.message(0));
     t.like(cp, { version: 2, htype: 5 }, 'CONNPROP sent');
@@ -370,12 +371,55 @@ test('client end: a server that never answers the Version 2 CONNPROP is taken fo
   } finally {
     await s.close();
   }
+  const guessedAt = performance.now();
   // The next connection to that peer speaks Version 1 from its first message.
-  const again = await clientToRogue('silent-again', 2, { negotiationTimeoutMs: 200, peerKey: key });
+  const again = await clientToRogue('silent-again', 2, ttl);
   try {
     again.client.submit(TestCall.echo(6, Buffer.from('v1'), false));
     const first = decodeHeader(await again.peer.message(0));
     t.like(first, { version: 1, proc: 0, xid: 6 });
+  } finally {
+    await again.close();
+  }
+  t.true(performance.now() - guessedAt < 1500, 'the second connection came within the guess');
+  // Only a guess: once it has expired, the peer is asked for Version 2 again.
+  await new Promise((r) => setTimeout(r, 1600 - (performance.now() - guessedAt)));
+  const later = await clientToRogue('silent-later', 2, ttl);
+  try {
+    later.client.submit(TestCall.echo(7, Buffer.from('v2 again'), false));
+    t.like(decodeHeader(await later.peer.message(0)), { version: 2, htype: 5 }, 'CONNPROP again');
+  } finally {
+    await later.close();
+  }
+});
+
+test('client end: a server that refuses Version 2 with ERR_VERS is remembered as Version 1 past versionGuessTtlMs', async (t) => {
+  const key = `rogue-errvers-${process.pid}`;
+  const opts = { negotiationTimeoutMs: 2000, peerKey: key, versionGuessTtlMs: 1 };
+  const s = await clientToRogue('errvers', 2, opts);
+  try {
+    const cp = decodeHeader(await s.peer.message(0));
+    t.like(cp, { version: 2, htype: 5 });
+    // RDMA2_ERROR ERR_VERS in the Version 1 layout: rdma_vers 1, proc RDMA_ERROR, ERR_VERS, low 1, high 1.
+    const err = Buffer.alloc(28);
+    err.writeUInt32BE(cp.xid, 0);
+    err.writeUInt32BE(1, 4);
+    err.writeUInt32BE(1, 8);
+    err.writeUInt32BE(4, 12);
+    err.writeUInt32BE(1, 16);
+    err.writeUInt32BE(1, 20);
+    err.writeUInt32BE(1, 24);
+    s.peer.send(err);
+    s.client.submit(TestCall.echo(8, Buffer.from('v1 now'), false));
+    t.like(decodeHeader(await s.peer.message(1)), { version: 1, proc: 0, xid: 8 });
+  } finally {
+    await s.close();
+  }
+  await new Promise((r) => setTimeout(r, 20));
+  const again = await clientToRogue('errvers-again', 2, opts);
+  try {
+    again.client.submit(TestCall.echo(9, Buffer.from('still v1'), false));
+    t.like(decodeHeader(await again.peer.message(0)), { version: 1, proc: 0, xid: 9 });
   } finally {
     await again.close();
   }
