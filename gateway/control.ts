@@ -36,7 +36,7 @@ import type {
   UpstreamInfo,
 } from '../admin-api/control.js';
 import { ControlError } from '../admin-api/errors.js';
-import { type AdminApi, createAdminApi } from '../admin-api/index.js';
+import { type AdminApi, type AdminApiOptions, createAdminApi } from '../admin-api/index.js';
 import { GatewayError } from '../common/errors.js';
 import {
   RDMA2_PROPID_BRS,
@@ -50,7 +50,7 @@ import type {
   PoolSnapshot,
   RpcRdmaConnection,
 } from '../rdma-backend/transport/index.js';
-import { formatHostPort } from '../tcp-frontend/address.js';
+import { formatHostPort, type HostPort } from '../tcp-frontend/address.js';
 import { configToPlain, type GatewayConfig } from './config.js';
 import type { Gateway } from './gateway.js';
 
@@ -71,7 +71,7 @@ function namesOf(ids: readonly number[]): PropertyName[] {
   });
 }
 
-export function packageVersion(): string {
+function packageVersion(): string {
   const here = dirname(fileURLToPath(import.meta.url));
   for (const up of [join(here, '..', '..', 'package.json'), join(here, '..', 'package.json')]) {
     try {
@@ -144,9 +144,36 @@ interface SlotHistory {
   retired: Record<string, number>;
 }
 
-export class GatewayControlAdapter implements GatewayControl {
-  private readonly startedAt: number;
-  private readonly version: string;
+/** What the adapters of both roles share: when it started, its version, its configuration and log level. */
+export abstract class ProcessControlAdapter<
+  O extends { config: GatewayConfig; logger: Logger; startedAt?: number; version?: string },
+> {
+  protected readonly startedAt: number;
+  protected readonly version: string;
+
+  constructor(protected readonly o: O) {
+    this.startedAt = o.startedAt ?? Date.now();
+    this.version = o.version ?? packageVersion();
+  }
+
+  config(): Record<string, unknown> {
+    return configToPlain(this.o.config);
+  }
+
+  logLevel(): LogLevelName {
+    return this.o.logger.level as LogLevelName;
+  }
+
+  setLogLevel(level: LogLevelName): void {
+    // pino children created without a level of their own follow their parent's level.
+    this.o.logger.level = level;
+  }
+}
+
+export class GatewayControlAdapter
+  extends ProcessControlAdapter<GatewayControlOptions>
+  implements GatewayControl
+{
   private readonly history = new Map<number, SlotHistory>();
   /** Pool slots the operator took offline: whatever connection occupies them is kept out of rotation. */
   private readonly offlineSlots = new Set<number>();
@@ -156,10 +183,9 @@ export class GatewayControlAdapter implements GatewayControl {
 
   constructor(
     private readonly gateway: Gateway,
-    private readonly o: GatewayControlOptions,
+    o: GatewayControlOptions,
   ) {
-    this.startedAt = o.startedAt ?? Date.now();
-    this.version = o.version ?? packageVersion();
+    super(o);
   }
 
   /** Follows reconnects of offline slots: the new connection of such a slot starts out of rotation. */
@@ -369,19 +395,6 @@ export class GatewayControlAdapter implements GatewayControl {
       creditsInUse: cs?.credits.outstanding ?? 0,
       queued: cs?.credits.queued ?? 0,
     };
-  }
-
-  config(): Record<string, unknown> {
-    return configToPlain(this.o.config);
-  }
-
-  logLevel(): LogLevelName {
-    return this.o.logger.level as LogLevelName;
-  }
-
-  setLogLevel(level: LogLevelName): void {
-    // pino children created without a level of their own follow their parent's level.
-    this.o.logger.level = level;
   }
 
   /** The live connections of the chosen slots (all when `upstream` is undefined). */
@@ -653,24 +666,24 @@ export interface GatewayAdmin {
 }
 
 /**
- * Starts the admin API of a running gateway as configured (`admin.listen`, `admin.token`); null when
- * `admin.listen` is `off`. `logger` should be the root logger so that a log-level change reaches every
- * component.
+ * Creates the admin API for either role's control with the configured token settings and starts it on
+ * `listen`; null when `listen` is `off`. An API that cannot listen is closed before the error goes on.
  */
-export async function startGatewayAdmin(
-  gateway: Gateway,
-  options: GatewayControlOptions,
+export async function startConfiguredAdmin(
+  role: Pick<AdminApiOptions, 'control' | 'responder'>,
+  listen: HostPort | 'off',
+  config: GatewayConfig,
+  logger: Logger,
 ): Promise<GatewayAdmin | null> {
-  const listen = options.config.admin.listen;
   if (listen === 'off') return null;
   const api = await createAdminApi({
-    control: gatewayControl(gateway, options),
-    logger: options.logger,
+    ...role,
+    logger,
     host: listen.host,
     port: listen.port,
-    token: options.config.admin.token,
-    protectReads: options.config.admin.protectReads,
-    allowUnauthenticatedWrites: options.config.admin.allowUnauthenticatedWrites,
+    token: config.admin.token,
+    protectReads: config.admin.protectReads,
+    allowUnauthenticatedWrites: config.admin.allowUnauthenticatedWrites,
   });
   try {
     const { url } = await api.listen();
@@ -679,4 +692,21 @@ export async function startGatewayAdmin(
     await api.close();
     throw err;
   }
+}
+
+/**
+ * Starts the admin API of a running gateway as configured (`admin.listen`, `admin.token`); null when
+ * `admin.listen` is `off`. `logger` should be the root logger so that a log-level change reaches every
+ * component.
+ */
+export async function startGatewayAdmin(
+  gateway: Gateway,
+  options: GatewayControlOptions,
+): Promise<GatewayAdmin | null> {
+  return startConfiguredAdmin(
+    { control: gatewayControl(gateway, options) },
+    options.config.admin.listen,
+    options.config,
+    options.logger,
+  );
 }

@@ -8,7 +8,6 @@ import type { Logger } from 'pino';
 import type {
   DrainStatus,
   GatewayState,
-  LogLevelName,
   PropertiesView,
   ReadinessFacts,
   ResponderControl,
@@ -17,15 +16,16 @@ import type {
   UpstreamCounters,
   UpstreamInfo,
 } from '../admin-api/control.js';
-import { type AdminApi, createAdminApi } from '../admin-api/index.js';
 import type { ConnectionSnapshot } from '../rdma-backend/transport/index.js';
-import { formatHostPort } from '../tcp-frontend/address.js';
-import { configToPlain, type GatewayConfig } from './config.js';
+import { formatHostPort, type HostPort } from '../tcp-frontend/address.js';
+import type { GatewayConfig } from './config.js';
 import {
   creditView,
+  type GatewayAdmin,
   localProperties,
-  packageVersion,
+  ProcessControlAdapter,
   peerPropertiesView,
+  startConfiguredAdmin,
   transportCounters,
 } from './control.js';
 import type { Responder } from './responder.js';
@@ -43,16 +43,15 @@ export interface ResponderControlOptions {
   version?: string;
 }
 
-export class ResponderControlAdapter implements ResponderControl {
-  private readonly startedAt: number;
-  private readonly version: string;
-
+export class ResponderControlAdapter
+  extends ProcessControlAdapter<ResponderControlOptions>
+  implements ResponderControl
+{
   constructor(
     private readonly responder: Responder,
-    private readonly o: ResponderControlOptions,
+    o: ResponderControlOptions,
   ) {
-    this.startedAt = o.startedAt ?? Date.now();
-    this.version = o.version ?? packageVersion();
+    super(o);
   }
 
   private state(): GatewayState {
@@ -134,19 +133,6 @@ export class ResponderControlAdapter implements ResponderControl {
     };
   }
 
-  config(): Record<string, unknown> {
-    return configToPlain(this.o.config);
-  }
-
-  logLevel(): LogLevelName {
-    return this.o.logger.level as LogLevelName;
-  }
-
-  setLogLevel(level: LogLevelName): void {
-    // pino children created without a level of their own follow their parent's level.
-    this.o.logger.level = level;
-  }
-
   drain(): DrainStatus {
     this.responder.drain();
     return { draining: true, callsInFlight: this.responder.stats.pending };
@@ -183,36 +169,20 @@ function connectionInfo(cs: ConnectionSnapshot): UpstreamInfo {
   };
 }
 
-export interface ResponderAdmin {
-  api: AdminApi;
-  url: string;
-}
-
 /**
- * Starts the responder's admin API as configured (`admin.listen`, `admin.token`, ...); null when
- * `admin.listen` is `off`. The caller picks the address (the responder's default port differs from the
- * gateway's, so that both run on one host: `commands/responder.ts`).
+ * Starts the responder's admin API as configured (`admin.token`, ...) on `listen`; null when it is `off`.
+ * The caller picks the address (the responder's default port differs from the gateway's, so that both run
+ * on one host: `commands/responder.ts`).
  */
-export async function startResponderAdmin(
+export function startResponderAdmin(
   responder: Responder,
-  listen: { host: string; port: number } | 'off',
+  listen: HostPort | 'off',
   options: ResponderControlOptions,
-): Promise<ResponderAdmin | null> {
-  if (listen === 'off') return null;
-  const api = await createAdminApi({
-    responder: new ResponderControlAdapter(responder, options),
-    logger: options.logger,
-    host: listen.host,
-    port: listen.port,
-    token: options.config.admin.token,
-    protectReads: options.config.admin.protectReads,
-    allowUnauthenticatedWrites: options.config.admin.allowUnauthenticatedWrites,
-  });
-  try {
-    const { url } = await api.listen();
-    return { api, url };
-  } catch (err) {
-    await api.close();
-    throw err;
-  }
+): Promise<GatewayAdmin | null> {
+  return startConfiguredAdmin(
+    { responder: new ResponderControlAdapter(responder, options) },
+    listen,
+    options.config,
+    options.logger,
+  );
 }

@@ -2,7 +2,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { AdminContext } from '../app.js';
 import type { ClientInfo, ProcessControl, ServerInfo } from '../control.js';
-import { METRICS_CONTENT_TYPE, renderGatewayMetrics } from '../metrics.js';
+import { METRICS_CONTENT_TYPE, type ProcessMetrics, renderGatewayMetrics } from '../metrics.js';
 import { judgeReadiness } from '../readiness.js';
 import {
   Clients,
@@ -178,6 +178,22 @@ export function registerReadRoutes(app: FastifyInstance, ctx: AdminContext): voi
     async () => ({ clients: control.clients().map(clientBody) }),
   );
 
+  registerMetricsRoute(app, ctx.processMetrics, () =>
+    renderGatewayMetrics({
+      counters: control.counters(),
+      upstreams: control.upstreams(),
+      info: control.serverInfo(),
+      readiness: judgeReadiness(control.readiness()),
+    }),
+  );
+}
+
+/** `GET /metrics`: the role's own families (`render`), then the process and Node.js metrics. */
+export function registerMetricsRoute(
+  app: FastifyInstance,
+  processMetrics: ProcessMetrics,
+  render: () => string,
+): void {
   app.get(
     '/metrics',
     {
@@ -189,16 +205,10 @@ export function registerReadRoutes(app: FastifyInstance, ctx: AdminContext): voi
       },
     },
     async (_request, reply) => {
-      const verdict = judgeReadiness(control.readiness());
-      const gateway = renderGatewayMetrics({
-        counters: control.counters(),
-        upstreams: control.upstreams(),
-        info: control.serverInfo(),
-        readiness: verdict,
-      });
-      const process = await ctx.processMetrics.render();
+      const own = render();
+      const process = await processMetrics.render();
       reply.type(METRICS_CONTENT_TYPE);
-      return gateway + process;
+      return own + process;
     },
   );
 }

@@ -6,9 +6,10 @@
 import type { FastifyInstance } from 'fastify';
 import type { ResponderControl } from '../control.js';
 import type { ProcessMetrics } from '../metrics.js';
-import { METRICS_CONTENT_TYPE, renderResponderMetrics } from '../metrics.js';
+import { renderResponderMetrics } from '../metrics.js';
 import { judgeReadiness } from '../readiness.js';
 import { Connections, Properties, ResponderStats } from '../schemas.js';
+import { registerMetricsRoute } from './read.js';
 import { READ_ERRORS, responses } from './responses.js';
 
 export interface ResponderContext {
@@ -57,26 +58,12 @@ export function registerResponderRoutes(app: FastifyInstance, ctx: ResponderCont
     async () => responder.counters(),
   );
 
-  app.get(
-    '/metrics',
-    {
-      schema: {
-        summary: 'Prometheus metrics (text exposition format 0.0.4)',
-        tags: ['statistics'],
-        produces: ['text/plain'],
-        response: { 200: { type: 'string', description: 'Prometheus text format' } },
-      },
-    },
-    async (_request, reply) => {
-      const own = renderResponderMetrics({
-        counters: responder.counters(),
-        connections: responder.connections(),
-        info: responder.serverInfo(),
-        readiness: judgeReadiness(responder.readiness()),
-      });
-      const process = await ctx.processMetrics.render();
-      reply.type(METRICS_CONTENT_TYPE);
-      return own + process;
-    },
+  registerMetricsRoute(app, ctx.processMetrics, () =>
+    renderResponderMetrics({
+      counters: responder.counters(),
+      connections: responder.connections(),
+      info: responder.serverInfo(),
+      readiness: judgeReadiness(responder.readiness()),
+    }),
   );
 }

@@ -14,10 +14,11 @@ import { judgeReadiness } from '../../admin-api/index.js';
 import { main } from '../../gateway/cli.js';
 import { responderAdminListen } from '../../gateway/commands/responder.js';
 import { loadConfig } from '../../gateway/config.js';
+import type { GatewayAdmin } from '../../gateway/control.js';
 import type { Gateway } from '../../gateway/gateway.js';
 import { defaultRegistry } from '../../gateway/gateway.js';
 import { Responder } from '../../gateway/responder.js';
-import { type ResponderAdmin, startResponderAdmin } from '../../gateway/responder-control.js';
+import { startResponderAdmin } from '../../gateway/responder-control.js';
 import { TestProgramClient } from '../../gateway/test-program/index.js';
 import { serveTestProgram, type TestProgramServer } from '../../gateway/test-program/server.js';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
@@ -33,7 +34,7 @@ type Body = any;
 interface Harness {
   program: TestProgramServer;
   responder: Responder;
-  admin: ResponderAdmin;
+  admin: GatewayAdmin;
   rdmaPort: number;
   gateways: Gateway[];
 }
