@@ -177,3 +177,80 @@ test('a repeated --frontend-allowed-clients adds to the list; a token keeps no s
   t.is(r.code, 0, r.stderr);
   t.deepEqual(JSON.parse(r.stdout).frontend.allowedClients, ['10.0.0.0/8', '192.168.0.0/16']);
 });
+
+test('responder: its admin API answers at the address it prints (/readyz, role responder), then SIGTERM exits 0', async (t) => {
+  const rdmaPort = await freePort();
+  const child = spawn(
+    process.execPath,
+    [
+      CLI,
+      'responder',
+      '--responder-listen',
+      `127.0.0.1:${rdmaPort}`,
+      '--upstream',
+      'embedded',
+      '--admin-listen',
+      '127.0.0.1:0',
+      '--rdma-provider',
+      'soft',
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  t.teardown(() => {
+    if (child.exitCode === null) child.kill('SIGKILL');
+  });
+  let out = '';
+  child.stdout!.on('data', (d: Buffer) => {
+    out += d.toString();
+  });
+  child.stderr!.on('data', (d: Buffer) => {
+    out += d.toString();
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no admin line: ${out}`)), 15_000);
+    const look = () => {
+      const m = /admin: {3}(http:\/\/127\.0\.0\.1:\d+)/.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]);
+      }
+    };
+    child.stdout!.on('data', look);
+    child.once('exit', (code) => reject(new Error(`responder exited with ${code}: ${out}`)));
+  });
+  t.regex(out, new RegExp(`accepting RPC-over-RDMA on 127\\.0\\.0\\.1:${rdmaPort}`));
+  const ready = await fetch(`${url}/readyz`);
+  t.is(ready.status, 200);
+  t.like(await ready.json(), { ready: true, checks: { role: 'responder', listenerBound: true } });
+  const info = (await (await fetch(`${url}/v1/server-info`)).json()) as { role: string; listening: string[] };
+  t.is(info.role, 'responder');
+  t.deepEqual(info.listening, [`127.0.0.1:${rdmaPort}`]);
+  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+  child.kill('SIGTERM');
+  t.is(await exited, 0, out);
+});
+
+test('responder: an admin port already taken stops the responder it started and exits 1', async (t) => {
+  const taken = createServer();
+  await new Promise<void>((r) => taken.listen(0, '127.0.0.1', r));
+  t.teardown(() => taken.close());
+  const adminPort = (taken.address() as AddressInfo).port;
+  const rdmaPort = await freePort();
+  const started = Date.now();
+  const r = await run([
+    'responder',
+    '--responder-listen',
+    `127.0.0.1:${rdmaPort}`,
+    '--upstream',
+    'embedded',
+    '--admin-listen',
+    `127.0.0.1:${adminPort}`,
+    '--rdma-provider',
+    'soft',
+  ]);
+  const ms = Date.now() - started;
+  t.true(ms < 15_000, `exited after ${ms} ms`);
+  t.is(r.code, 1, r.stderr);
+  t.regex(r.stderr, /EADDRINUSE/);
+  t.notRegex(r.stdout, /accepting RPC-over-RDMA/, 'no banner for a responder that stopped');
+});
