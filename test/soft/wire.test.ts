@@ -443,6 +443,20 @@ for (const len of [0, 1]) {
     // length cannot be parsed on; split or not, the verdict must be the same (it once hung when split).
     test(`a ULPDU of ${len} byte(s) terminates with LLP/MPA 2/0/3, ${pieces === 1 ? 'whole' : 'split across reads'}`, (t) =>
       terminateFor(t, () => fpdu(Buffer.alloc(len)), [2, 0, 3], 2, pieces));
+    // Its CRC is not even looked at: the length is the error, and the verdict must not depend on
+    // whether the frame arrived in one read (it was 2/0/2, a CRC error, then).
+    test(`a ULPDU of ${len} byte(s) with a bad CRC also terminates with 2/0/3, ${pieces === 1 ? 'whole' : 'split across reads'}`, (t) =>
+      terminateFor(
+        t,
+        () => {
+          const f = fpdu(Buffer.alloc(len));
+          f.writeUInt32LE(~f.readUInt32LE(f.length - 4) >>> 0, f.length - 4);
+          return f;
+        },
+        [2, 0, 3],
+        2,
+        pieces,
+      ));
   }
 }
 

@@ -797,6 +797,12 @@ export class SoftQp implements QueuePair {
     const ulpdu = (chunk[i] << 8) | chunk[i + 1];
     const covered = MPA_LENGTH_SIZE + ulpdu + mpaPad(ulpdu);
     if (covered + MPA_CRC_SIZE > chunk.length - i) return 0;
+    // Shorter than the DDP control bytes: a framing error whatever its CRC, as on the split path
+    // (`sizeHeader`), so that the verdict does not depend on how the stream was read.
+    if (ulpdu < 2) {
+      this.fatal(Term.MPA_FPDU_START, true);
+      return covered + MPA_CRC_SIZE;
+    }
     if (crcOn && crc32c(chunk, i, i + covered, 0) !== chunk.readUInt32LE(i + covered)) {
       this.fatal(Term.MPA_CRC, true);
       return covered + MPA_CRC_SIZE;
