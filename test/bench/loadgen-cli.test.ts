@@ -251,6 +251,47 @@ test('replies that never come are failures, not a faster row: calls sent before 
   t.is(run.code, 1);
   t.regex(
     run.stderr,
-    /calls FAILED; the first: \d+ call\(s\) sent before the measured window got no reply within it/,
+    /calls FAILED; the first: \d+ call\(s\) sent before the second half of the measured window got no reply within it/,
+  );
+});
+
+test('a chain that stops answering inside the window fails the run: its calls sent in the window count too', async (t) => {
+  // Answers every NULL call for 450 ms from the first one (the 300 ms warm-up and the first 150 ms of the
+  // 600 ms window), then none: the calls waiting at the end were all sent inside the window.
+  let first = 0;
+  let answered = 0;
+  const server = createServer((s) => {
+    s.on('error', () => {});
+    const decoder = new RecordDecoder((record) => {
+      first ||= performance.now();
+      if (performance.now() - first > 450) return;
+      answered++;
+      const reply = Buffer.alloc(24);
+      reply.writeUInt32BE(record.readUInt32BE(0), 0);
+      reply.writeUInt32BE(1, 4);
+      s.write(Buffer.concat(frameRecord(reply)));
+    });
+    s.on('data', (d: Buffer) => decoder.push(d));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => server.close());
+  const { port } = server.address() as AddressInfo;
+  const run = await runCli([
+    '--target',
+    `127.0.0.1:${port}`,
+    '--connections',
+    '1',
+    '--depth',
+    '4',
+    '--seconds',
+    '0.6',
+    '--warmup',
+    '0.3',
+  ]);
+  t.true(answered > 0, 'it answered at first');
+  t.is(run.code, 1, run.stdout);
+  t.regex(
+    run.stderr,
+    /calls FAILED; the first: 4 call\(s\) sent before the second half of the measured window got no reply within it/,
   );
 });
