@@ -5,7 +5,7 @@
  */
 import { type AddressInfo, createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import {
   LOADGEN_USAGE,
   LoadgenUsageError,
@@ -219,13 +219,15 @@ test('an endpoint that is not there, or a bad argument: exit 1 or 2 with the rea
   t.is(help.stdout, `${LOADGEN_USAGE}\n`);
 });
 
-test('replies that never come are failures, not a faster row: calls sent before the window and still waiting at its end', async (t) => {
-  // A server that answers NULL calls but swallows every fourth: each swallowed call takes a slot for good.
-  let seen = 0;
+/**
+ * A NULL server that answers the calls `answers` accepts and swallows the others; resolves with its port
+ * (closed at the test's end).
+ */
+async function nullServer(t: ExecutionContext, answers: () => boolean): Promise<number> {
   const server = createServer((s) => {
     s.on('error', () => {});
     const decoder = new RecordDecoder((record) => {
-      if (++seen % 4 === 0) return;
+      if (!answers()) return;
       const reply = Buffer.alloc(24);
       reply.writeUInt32BE(record.readUInt32BE(0), 0);
       reply.writeUInt32BE(1, 4); // REPLY; MSG_ACCEPTED, AUTH_NONE verifier, SUCCESS: zeros
@@ -235,7 +237,13 @@ test('replies that never come are failures, not a faster row: calls sent before 
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   t.teardown(() => server.close());
-  const { port } = server.address() as AddressInfo;
+  return (server.address() as AddressInfo).port;
+}
+
+test('replies that never come are failures, not a faster row: calls sent before the window and still waiting at its end', async (t) => {
+  // Every fourth call is swallowed: each takes a slot for good.
+  let seen = 0;
+  const port = await nullServer(t, () => ++seen % 4 !== 0);
   const run = await runCli([
     '--target',
     `127.0.0.1:${port}`,
@@ -260,22 +268,12 @@ test('a chain that stops answering inside the window fails the run: its calls se
   // 600 ms window), then none: the calls waiting at the end were all sent inside the window.
   let first = 0;
   let answered = 0;
-  const server = createServer((s) => {
-    s.on('error', () => {});
-    const decoder = new RecordDecoder((record) => {
-      first ||= performance.now();
-      if (performance.now() - first > 450) return;
-      answered++;
-      const reply = Buffer.alloc(24);
-      reply.writeUInt32BE(record.readUInt32BE(0), 0);
-      reply.writeUInt32BE(1, 4);
-      s.write(Buffer.concat(frameRecord(reply)));
-    });
-    s.on('data', (d: Buffer) => decoder.push(d));
+  const port = await nullServer(t, () => {
+    first ||= performance.now();
+    if (performance.now() - first > 450) return false;
+    answered++;
+    return true;
   });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  t.teardown(() => server.close());
-  const { port } = server.address() as AddressInfo;
   const run = await runCli([
     '--target',
     `127.0.0.1:${port}`,
