@@ -391,6 +391,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
           client.waitingForRoom = true;
           client.roomWaitSince = performance.now();
           this.stats.replyRoomWaits++;
+          this.watchUnsent(client);
           continue;
         }
         const link = this.pick(r);
@@ -572,7 +573,10 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       if (r.attempts <= 1) r.queuedAt = performance.now();
       client.pushFront(r);
       this.stats.queued++;
-      this.activate(client);
+      // Its reply room came back with it: a client held for room goes on now (nothing else would wake
+      // it before the tick when this was its only call in flight).
+      if (client.waitingForRoom) this.wakeForRoom(client);
+      else this.activate(client);
       this.refreshLinks();
       this.pump();
       return;
@@ -671,16 +675,32 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     return r.maxReplySize >= 0 ? r.maxReplySize : this.unknownReplyBytes;
   }
 
+  /**
+   * With no reply of its own coming, only its unsent bytes hold a waiting client back, and when the socket
+   * takes them without ever having refused a write no `drain` says so: ask the connection to tell us.
+   */
+  private watchUnsent(client: ClientState): void {
+    if (client.replyReserved === 0 && client.conn.unsentBytes > 0) client.conn.notifyWhenFlushed();
+  }
+
   /** A client that waited for reply room goes back in the ring if its next call fits now. */
   private wakeForRoom(client: ClientState): void {
     if (!client.waitingForRoom || client.closed) return;
     const r = client.head;
-    if (r !== null && !this.hasReplyRoom(client, r)) return;
+    if (r !== null && !this.hasReplyRoom(client, r)) {
+      this.watchUnsent(client);
+      return;
+    }
     client.waitingForRoom = false;
     // The hold time measures waiting for an RDMA connection, not for the client to read: the time spent
     // waiting for room is taken out, and nothing else (a retransmitted call keeps its hold time running
-    // from its first loss).
-    if (r !== null) r.queuedAt += performance.now() - client.roomWaitSince;
+    // from its first loss, less any room wait).
+    if (r !== null) {
+      // Only the part of its wait spent behind the room wait: a call queued (or resent) meanwhile started
+      // waiting later.
+      const now = performance.now();
+      r.queuedAt += now - Math.max(r.queuedAt, client.roomWaitSince);
+    }
     if (client.queued > 0) this.activate(client);
   }
 

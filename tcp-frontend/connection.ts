@@ -188,6 +188,24 @@ export class FrontendConnection {
     return ok;
   }
 
+  /**
+   * Calls the handler's `onWritable` once every byte accepted so far has been taken by the kernel, even
+   * though no socket write refused anything (so no `drain` comes). For a dispatcher holding calls until
+   * `unsentBytes` falls. One notification at a time; none for a closed connection.
+   */
+  notifyWhenFlushed(): void {
+    if (this.flushWatched || this.closed) return;
+    this.flushWatched = true;
+    this.writer.afterFlush(this.onFlushed);
+  }
+
+  private flushWatched = false;
+
+  private readonly onFlushed = (): void => {
+    this.flushWatched = false;
+    if (!this.closed) this.handler.onWritable?.(this);
+  };
+
   /** Reply bytes accepted by `sendRecord` and not yet taken by the kernel (gathered for this tick, or queued in the socket). */
   get unsentBytes(): number {
     return this.writer.staged + this.socket.writableLength;

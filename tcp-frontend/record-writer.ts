@@ -144,6 +144,17 @@ export class RecordWriter {
     }
   }
 
+  /**
+   * Calls `done` once the socket has taken every byte handed to this writer so far, this tick's stage
+   * included (written now): an empty write's callback, since write callbacks run in write order. For an
+   * owner waiting for `unsentBytes` to fall when no `drain` will come (no socket write ever returned
+   * false). Never called if the socket is no longer writable.
+   */
+  afterFlush(done: () => void): void {
+    this.flush();
+    if (this.socket.writable) this.socket.write(EMPTY, done);
+  }
+
   /** The socket drained: records are accepted without backpressure again. */
   unblocked(): void {
     this.blocked = false;

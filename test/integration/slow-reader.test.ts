@@ -4,6 +4,7 @@
  * of 128 SOURCE calls made the gateway fetch and hold 128 replies of up to 4 MiB each. Through the whole
  * chain (frontend → router → RDMA → embedded responder → test program), real sockets.
  */
+import { type AddressInfo, createServer, type Socket } from 'node:net';
 import test from 'ava';
 import { parseRoute } from '../../gateway/dispatch.js';
 import { startGateway } from '../../gateway/gateway.js';
@@ -11,7 +12,7 @@ import { encodeSourceArgs } from '../../gateway/test-program/codec.js';
 import { TEST_PROGRAM, TEST_VERSION, TestProc } from '../../gateway/test-program/constants.js';
 import { TestProgramClient } from '../../gateway/test-program/index.js';
 import { serveTestProgram } from '../../gateway/test-program/server.js';
-import { RecordDecoder } from '../../tcp-frontend/record-marking.js';
+import { frameRecord, RecordDecoder } from '../../tcp-frontend/record-marking.js';
 import { connectRaw, framedCall, waitFor } from '../gateway/helpers.js';
 import { settledGauges, startTestGateway, testConfig } from './helpers.js';
 
@@ -154,4 +155,65 @@ test('a client that keeps its window shut is closed after the idle timeout, call
   await waitFor(() => g.frontend.stats.closes.IDLE_TIMEOUT === 1, 'the gateway to close the client', 10_000);
   t.is(g.frontend.connections.size, 0);
   await waitFor(() => g.router.snapshot().queued === 0, 'its waiting calls dropped');
+});
+
+test('a client waiting for reply room goes on at once when a call of its own is resent, not at the next tick', async (t) => {
+  // An upstream that holds every call until told: the first SOURCE stays in flight while the second
+  // waits for room (two 1 MiB replies do not fit a 1.5 MiB budget).
+  const held: { socket: Socket; record: Buffer }[] = [];
+  const upstream = createServer((socket) => {
+    socket.on('error', () => {});
+    const decoder = new RecordDecoder((record) => held.push({ socket, record }));
+    socket.on('data', (d: Buffer) => decoder.push(d));
+  });
+  await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
+  const config = testConfig({ maxReplyBytes: 1.5 * MiB });
+  config.upstream = { host: '127.0.0.1', port: (upstream.address() as AddressInfo).port };
+  // The tick would wake the client after a minute: only the router's own wake-up can make this pass.
+  const g = await startGateway({ config, routerTickMs: 60_000, backoff: { initialMs: 20, maxMs: 100 } });
+  const client = await connectRaw(g.addresses[0].port);
+  t.teardown(async () => {
+    client.destroy();
+    await g.stop(0);
+    upstream.close();
+  });
+  client.write(sourceCalls(2));
+  await waitFor(
+    () => held.length === 1 && g.router.stats.replyRoomWaits === 1,
+    'one call held upstream, one waiting',
+  );
+  // The gateway's own XIDs travel upstream: a call is known by its arguments (SOURCE's seed is its index).
+  const seedOf = (h: { record: Buffer }) => h.record.readUInt32BE(h.record.length - 4);
+  t.is(seedOf(held[0]), 0);
+
+  // The RDMA connection goes: call 1 is resent on the next one, and its client must not wait for the tick.
+  g.pool.connections()[0].close('killed by the test');
+  await waitFor(() => held.length === 2, 'call 1 resent after the reconnect', 5000);
+  t.is(seedOf(held[1]), 0, 'call 1 again');
+  t.is(g.router.stats.retransmits, 1);
+
+  // Answering it makes room for call 2, and both replies reach the client.
+  const replies = new Map<number, number>();
+  const decoder = new RecordDecoder((r) => replies.set(r.readUInt32BE(0), r.length));
+  client.on('data', (d: Buffer) => decoder.push(d));
+  const answer = (h: { socket: Socket; record: Buffer }) => {
+    const xid = h.record.readUInt32BE(0);
+    const reply = Buffer.alloc(28 + MiB);
+    reply.writeUInt32BE(xid, 0);
+    reply.writeUInt32BE(1, 4);
+    reply.writeUInt32BE(MiB, 24);
+    h.socket.write(Buffer.concat(frameRecord(reply)));
+  };
+  answer(held[1]);
+  await waitFor(() => held.length === 3, 'call 2 sent once call 1 was answered', 5000);
+  t.is(seedOf(held[2]), 1, 'then call 2');
+  answer(held[2]);
+  await waitFor(() => replies.size === 2, 'both replies', 5000);
+  t.deepEqual(
+    [...replies],
+    [
+      [1, 28 + MiB],
+      [2, 28 + MiB],
+    ],
+  );
 });

@@ -507,3 +507,65 @@ test('pooled reply parts go back to the record pool once written, and at once wh
   await stayer.close();
   await server.close();
 });
+
+test('notifyWhenFlushed: onWritable once the kernel has taken bytes that no drain will report', async (t) => {
+  let writable = 0;
+  const h = new HoldingHandler();
+  const handler: FrontendHandler = {
+    onRecord: (conn, record) => h.onRecord(conn, record),
+    onClose: (conn, reason) => h.onClose(conn, reason),
+    onWritable: () => {
+      writable++;
+    },
+  };
+  const { server, port } = await start(handler);
+  const client = await connectRaw(port);
+  t.teardown(async () => {
+    client.destroy();
+    await server.close({ drainTimeoutMs: 0 });
+  });
+  client.pause();
+  client.write(framedCall(1, PROG, 1, 0));
+  await waitFor(() => h.held.length === 1, 'the call');
+  const conn = h.held[0].conn;
+
+  /**
+   * Records under the stage size, each once the socket holds nothing, until the kernel stops taking them
+   * (and still has not for 100 ms: loopback buffers grow for a while): no write is refused.
+   */
+  async function fillWithoutRefusal(): Promise<void> {
+    const record = Buffer.alloc(12 * 1024, 7);
+    for (;;) {
+      if (conn.unsentBytes === 0) conn.sendRecord([record]);
+      await new Promise((r) => setImmediate(r));
+      if (conn.unsentBytes === 0) continue;
+      await new Promise((r) => setTimeout(r, 100));
+      if (conn.unsentBytes > 0) break;
+    }
+    t.false(conn.writeBlocked, 'no socket write returned false: no drain will come');
+  }
+  let read = 0;
+  client.on('data', (d: Buffer) => {
+    read += d.length;
+  });
+
+  // Without asking: the bytes leave when the client reads, and nothing says so.
+  await fillWithoutRefusal();
+  client.resume();
+  await waitFor(() => conn.unsentBytes === 0 && read === conn.bytesOut, 'everything read');
+  await new Promise((r) => setTimeout(r, 50));
+  t.is(writable, 0);
+
+  // Asking: told once, when the client has read them.
+  client.pause();
+  await fillWithoutRefusal();
+  conn.notifyWhenFlushed();
+  conn.notifyWhenFlushed(); // one notification at a time
+  await new Promise((r) => setTimeout(r, 100));
+  t.is(writable, 0, 'not while the bytes sit in the socket');
+  client.resume();
+  await waitFor(() => writable === 1, 'onWritable after the flush');
+  t.is(conn.unsentBytes, 0);
+  await new Promise((r) => setTimeout(r, 50));
+  t.is(writable, 1);
+});
