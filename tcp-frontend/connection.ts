@@ -201,9 +201,12 @@ export class FrontendConnection {
 
   private flushWatched = false;
 
-  private readonly onFlushed = (): void => {
+  private readonly onFlushed = (err?: Error | null): void => {
     this.flushWatched = false;
-    if (!this.closed) this.handler.onWritable?.(this);
+    // A destroyed socket fails its pending writes before 'close' reports it: nothing was flushed, and
+    // the client is gone (its waiting calls must not be woken and sent).
+    if (err || this.closed || this.socket.destroyed) return;
+    this.handler.onWritable?.(this);
   };
 
   /** Reply bytes accepted by `sendRecord` and not yet taken by the kernel (gathered for this tick, or queued in the socket). */

@@ -148,9 +148,10 @@ export class RecordWriter {
    * Calls `done` once the socket has taken every byte handed to this writer so far, this tick's stage
    * included (written now): an empty write's callback, since write callbacks run in write order. For an
    * owner waiting for `unsentBytes` to fall when no `drain` will come (no socket write ever returned
-   * false). Never called if the socket is no longer writable.
+   * false). Never called if the socket is no longer writable; called with an error if it is destroyed
+   * before the bytes leave.
    */
-  afterFlush(done: () => void): void {
+  afterFlush(done: (err?: Error | null) => void): void {
     this.flush();
     if (this.socket.writable) this.socket.write(EMPTY, done);
   }

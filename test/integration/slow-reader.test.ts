@@ -217,3 +217,42 @@ test('a client waiting for reply room goes on at once when a call of its own is 
     ],
   );
 });
+
+test('a client held for reply room that resets: none of its waiting calls reaches the server afterwards', async (t) => {
+  // The flush watch armed for a waiting client fires (with an error) when its socket is destroyed, before
+  // the frontend reports the close: it must not wake the client and send its calls.
+  const seen: number[] = [];
+  const upstream = createServer((socket) => {
+    socket.on('error', () => {});
+    const decoder = new RecordDecoder((record) => {
+      seen.push(record.readUInt32BE(record.length - 4));
+      const reply = Buffer.alloc(28 + MiB);
+      reply.writeUInt32BE(record.readUInt32BE(0), 0);
+      reply.writeUInt32BE(1, 4);
+      reply.writeUInt32BE(MiB, 24);
+      socket.write(Buffer.concat(frameRecord(reply)));
+    });
+    socket.on('data', (d: Buffer) => decoder.push(d));
+  });
+  await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
+  const config = testConfig({ maxReplyBytes: 4 * MiB });
+  config.upstream = { host: '127.0.0.1', port: (upstream.address() as AddressInfo).port };
+  const g = await startGateway({ config, routerTickMs: 60_000 });
+  const hog = await connectRaw(g.addresses[0].port);
+  t.teardown(async () => {
+    hog.destroy();
+    await g.stop(0);
+    upstream.close();
+  });
+  hog.pause();
+  hog.write(sourceCalls(32));
+  await waitFor(() => g.router.stats.replyRoomWaits > 0, 'the client held for room');
+  await new Promise((r) => setTimeout(r, 500));
+  const before = seen.length;
+  hog.resetAndDestroy();
+  await waitFor(() => g.frontend.connections.size === 0, 'the client gone');
+  await new Promise((r) => setTimeout(r, 500));
+  t.is(seen.length, before, `calls reached the server after the client reset: ${seen.slice(before)}`);
+  t.is(g.router.snapshot().orphanedReplies, 0);
+  t.true(g.router.snapshot().droppedQueued > 0, 'its waiting calls were dropped');
+});
