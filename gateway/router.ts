@@ -305,6 +305,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     r.clientXid = record.readUInt32BE(0);
     this.plan(r, record);
     r.queuedAt = now;
+    r.enqueuedAt = now;
     client.calls++;
     this.stats.calls++;
     client.push(r);
@@ -570,7 +571,9 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       // The hold time runs from the first loss, not from each: a call that takes down every connection
       // it reaches (or a peer that keeps dropping) must not be resent for ever. After that it waits at
       // most `holdTimeMs` in all, and then its client is closed (it retransmits by itself).
-      if (r.attempts <= 1) r.queuedAt = performance.now();
+      const now = performance.now();
+      if (r.attempts <= 1) r.queuedAt = now;
+      r.enqueuedAt = now;
       client.pushFront(r);
       this.stats.queued++;
       // Its reply room came back with it: a client held for room goes on now (nothing else would wake
@@ -692,15 +695,12 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       return;
     }
     client.waitingForRoom = false;
-    // The hold time measures waiting for an RDMA connection, not for the client to read: the time spent
-    // waiting for room is taken out, and nothing else (a retransmitted call keeps its hold time running
-    // from its first loss, less any room wait).
-    if (r !== null) {
-      // Only the part of its wait spent behind the room wait: a call queued (or resent) meanwhile started
-      // waiting later.
-      const now = performance.now();
-      r.queuedAt += now - Math.max(r.queuedAt, client.roomWaitSince);
-    }
+    // The hold time measures waiting for an RDMA connection, not for the client to read: every waiting
+    // call gets back the part of the room wait it spent queued (a call queued or resent meanwhile, from
+    // then on; a call in flight meanwhile, nothing: it was not waiting).
+    const now = performance.now();
+    const since = client.roomWaitSince;
+    for (let q = r; q !== null; q = q.next) q.queuedAt += now - Math.max(q.enqueuedAt, since);
     if (client.queued > 0) this.activate(client);
   }
 

@@ -47,8 +47,14 @@ export class CallRecord implements TransportCall {
   link: ConnectionLink | null = null;
   /** When the router received the record (`performance.now()` ms): the latency histogram counts from here. */
   arrivedAt = 0;
-  /** When it (re)entered its client's queue (ms, `performance.now()`): the hold time counts from here. */
+  /**
+   * Where its hold time counts from (ms, `performance.now()`): when it entered its client's queue, or its
+   * first loss for a resent call, moved on by the time it spent queued while its client waited for reply
+   * room (that is not waiting for an RDMA connection).
+   */
   queuedAt = 0;
+  /** When it last entered its client's queue (ms): the part of a room wait it spent queued starts here. */
+  enqueuedAt = 0;
   /** Times it was submitted to a connection (> 1 after a connection loss). */
   attempts = 0;
   /** Next call in the client's queue (intrusive FIFO: no queue nodes allocated). */
@@ -75,6 +81,7 @@ export class CallRecord implements TransportCall {
     this.gss = false;
     this.link = null;
     this.queuedAt = 0;
+    this.enqueuedAt = 0;
     this.arrivedAt = 0;
     this.attempts = 0;
     this.next = null;
