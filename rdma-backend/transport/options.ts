@@ -76,8 +76,9 @@ export interface TransportOptions {
   negotiationTimeoutMs?: number;
   /**
    * How long a peer taken for Version 1 only because its CONNPROP went unanswered stays so. A server
-   * that was merely slow once (a stall, a restart) gets Version 2 again after it; one that refused
-   * Version 2 outright (RDMA2_ERR_VERS) or answered is remembered for the life of the process.
+   * that was merely slow once (a stall, a restart) gets Version 2 again after it. One that refused
+   * Version 2 outright (RDMA2_ERR_VERS) is remembered for the life of the process; one that answered is
+   * remembered until a CONNPROP of a later connection goes unanswered.
    * Default 600000 ms (10 min).
    */
   versionGuessTtlMs?: number;
@@ -129,6 +130,9 @@ const guessedUntil = new Map<string, number>();
  * `guessTtlMs` when it is a guess (seed 004 §7.2: an unanswered CONNPROP is taken for a Version 1 peer).
  */
 export function rememberVersion(peerKey: string, version: 1 | 2, guessTtlMs?: number): void {
+  // A guess never weakens the peer's own word that it speaks only Version 1 (another connection's
+  // RDMA2_ERR_VERS): that stays for good.
+  if (guessTtlMs !== undefined && peerVersions.get(peerKey) === 1 && !guessedUntil.has(peerKey)) return;
   peerVersions.set(peerKey, version);
   if (guessTtlMs === undefined) guessedUntil.delete(peerKey);
   else guessedUntil.set(peerKey, performance.now() + guessTtlMs);

@@ -11,6 +11,7 @@ import {
   RpcRdmaConnection,
   type TransportOptions,
 } from '../../rdma-backend/transport/index.js';
+import { rememberedVersion, rememberVersion } from '../../rdma-backend/transport/options.js';
 import { Access } from '../../rdma-backend/verbs/index.js';
 import { plainPrivateData, RoguePeer } from '../helpers/rogue-peer.js';
 import {
@@ -480,4 +481,17 @@ test('a message of the other version on a settled connection: ERR_VERS in the Ve
     t.is(peer.received.length, before);
     t.is(s.conns[0].state, 'ready');
   });
+});
+
+test('a version guess never weakens what a peer said: ERR_VERS stays past the TTL; an answered Version 2 yields to a later guess', async (t) => {
+  const refused = `guess-after-errvers-${process.pid}`;
+  rememberVersion(refused, 1); // RDMA2_ERR_VERS on one connection
+  rememberVersion(refused, 1, 30); // another connection's CONNPROP timed out meanwhile
+  const answered = `guess-after-answer-${process.pid}`;
+  rememberVersion(answered, 2); // the peer answered CONNPROP
+  rememberVersion(answered, 1, 30); // a later connection's CONNPROP went unanswered
+  t.is(rememberedVersion(answered), 1, 'within the guess');
+  await new Promise((r) => setTimeout(r, 50));
+  t.is(rememberedVersion(refused), 1, 'still Version 1: the peer said so');
+  t.is(rememberedVersion(answered), undefined, 'the guess expired: ask for Version 2 again');
 });
