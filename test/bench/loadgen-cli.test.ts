@@ -220,10 +220,10 @@ test('an endpoint that is not there, or a bad argument: exit 1 or 2 with the rea
 });
 
 /**
- * A NULL server that answers the calls `answers` accepts and swallows the others; resolves with its port
- * (closed at the test's end).
+ * A NULL server that answers the calls `answers` accepts (after `delayMs`) and swallows the others;
+ * resolves with its port (closed at the test's end).
  */
-async function nullServer(t: ExecutionContext, answers: () => boolean): Promise<number> {
+async function nullServer(t: ExecutionContext, answers: () => boolean, delayMs = 0): Promise<number> {
   const server = createServer((s) => {
     s.on('error', () => {});
     const decoder = new RecordDecoder((record) => {
@@ -231,7 +231,9 @@ async function nullServer(t: ExecutionContext, answers: () => boolean): Promise<
       const reply = Buffer.alloc(24);
       reply.writeUInt32BE(record.readUInt32BE(0), 0);
       reply.writeUInt32BE(1, 4); // REPLY; MSG_ACCEPTED, AUTH_NONE verifier, SUCCESS: zeros
-      s.write(Buffer.concat(frameRecord(reply)));
+      const framed = Buffer.concat(frameRecord(reply));
+      if (delayMs === 0) s.write(framed);
+      else setTimeout(() => s.writable && s.write(framed), delayMs);
     });
     s.on('data', (d: Buffer) => decoder.push(d));
   });
@@ -259,7 +261,7 @@ test('replies that never come are failures, not a faster row: calls sent before 
   t.is(run.code, 1);
   t.regex(
     run.stderr,
-    /calls FAILED; the first: \d+ call\(s\) sent before the second half of the measured window got no reply within it/,
+    /calls FAILED; the first: \d+ call\(s\) got no reply within \d+ ms \(half the measured window, and twice its slowest reply\)/,
   );
 });
 
@@ -290,6 +292,27 @@ test('a chain that stops answering inside the window fails the run: its calls se
   t.is(run.code, 1, run.stdout);
   t.regex(
     run.stderr,
-    /calls FAILED; the first: 4 call\(s\) sent before the second half of the measured window got no reply within it/,
+    /calls FAILED; the first: 4 call\(s\) got no reply within \d+ ms \(half the measured window, and twice its slowest reply\)/,
   );
+});
+
+test('a chain slower than half a short window is slow, not lossy: every call answered, exit 0', async (t) => {
+  // Replies take 150 ms; the window is 200 ms. Calls waiting at its end have waited up to ~150 ms: more
+  // than half the window, less than twice the slowest reply.
+  const port = await nullServer(t, () => true, 150);
+  for (const warmup of ['0.3', '0.4', '0.45']) {
+    const run = await runCli([
+      '--target',
+      `127.0.0.1:${port}`,
+      '--connections',
+      '1',
+      '--depth',
+      '4',
+      '--seconds',
+      '0.2',
+      '--warmup',
+      warmup,
+    ]);
+    t.is(run.code, 0, `warm-up ${warmup} s: ${run.stderr}`);
+  }
 });
