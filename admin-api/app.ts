@@ -226,7 +226,9 @@ export async function createAdminApi(options: AdminApiOptions): Promise<AdminApi
       info: {
         title: 'rpcrdma-gateway admin API',
         description:
-          'Transport properties, statistics, connections, health and control of an ONC RPC (TCP) to RPC-over-RDMA gateway.',
+          processControl.serverInfo().role === 'responder'
+            ? 'Health, transport properties, statistics, connections and drain of an RPC-over-RDMA responder (RDMA to ONC RPC over TCP).'
+            : 'Transport properties, statistics, connections, health and control of an ONC RPC (TCP) to RPC-over-RDMA gateway.',
         version: processControl.serverInfo().version,
       },
       components: {

@@ -104,7 +104,8 @@ async function help(ctx: CommandContext): Promise<number> {
 
 function printConfig(ctx: CommandContext, args: ParsedArgs): number {
   const file = takeFlag(args, 'config');
-  ctx.stdout.write(printableConfig(loadConfig({ file, env: ctx.env, flags: args.flags })));
+  const role = args.command === 'responder' ? 'responder' : 'gateway';
+  ctx.stdout.write(printableConfig(loadConfig({ file, env: ctx.env, flags: args.flags, role })));
   return 0;
 }
 

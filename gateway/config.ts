@@ -695,7 +695,15 @@ export interface ConfigSources {
   env?: Readonly<Record<string, string | undefined>>;
   /** Flags by name without `--` (schema flag names or aliases), each with its values in order. */
   flags?: ReadonlyMap<string, readonly string[]>;
+  /**
+   * The role the configuration is for (default `gateway`). The responder's admin API defaults to
+   * `DEFAULT_RESPONDER_ADMIN_PORT` when `admin.listen` is not configured.
+   */
+  role?: 'gateway' | 'responder';
 }
+
+/** The responder's admin port when `admin.listen` is not configured (the gateway's is 9249), so that both run on one host. */
+export const DEFAULT_RESPONDER_ADMIN_PORT = 9250;
 
 export interface LoadedConfig {
   config: GatewayConfig;
@@ -755,6 +763,10 @@ export function loadConfig(sources: ConfigSources = {}): LoadedConfig {
     const raw = listKind ? raws.join(',') : raws[raws.length - 1];
     values.set(key, coerce(def, raw, { source: 'flag', where: flag }));
     origins[key] = 'flag';
+  }
+  const listen = values.get('admin.listen') as HostPort | 'off';
+  if (sources.role === 'responder' && origins['admin.listen'] === 'default' && listen !== 'off') {
+    values.set('admin.listen', { host: listen.host, port: DEFAULT_RESPONDER_ADMIN_PORT });
   }
   checkAdmin(values, origins);
   const config: Record<string, unknown> = {};

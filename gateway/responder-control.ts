@@ -85,7 +85,9 @@ export class ResponderControlAdapter
       role: 'responder',
       listenerBound: this.responder.address() !== null,
       upstreamsReady: this.live().filter((c) => c.state === 'ready').length,
-      draining: this.responder.draining || this.responder.closing,
+      // Stopping is not draining: it closes its connections (the requesters resend elsewhere); the state
+      // says it.
+      draining: this.responder.draining,
       state: this.state(),
     };
   }
@@ -99,7 +101,9 @@ export class ResponderControlAdapter
   }
 
   connections(): UpstreamInfo[] {
-    return this.live().map(connectionInfo);
+    return this.responder
+      .connectionsServing()
+      .map(({ snapshot, calls }) => connectionInfo(snapshot, calls));
   }
 
   counters(): { responder: ResponderCounters; connections: UpstreamCounters[] } {
@@ -144,8 +148,11 @@ export class ResponderControlAdapter
   }
 }
 
-/** An accepted connection in the `UpstreamInfo` shape (no pool slot: the id is the connection's). */
-function connectionInfo(cs: ConnectionSnapshot): UpstreamInfo {
+/**
+ * An accepted connection in the `UpstreamInfo` shape (no pool slot: the id is the connection's), with the
+ * calls it is serving.
+ */
+function connectionInfo(cs: ConnectionSnapshot, callsInFlight: number): UpstreamInfo {
   return {
     id: cs.id,
     connectionId: cs.id,
@@ -154,7 +161,7 @@ function connectionInfo(cs: ConnectionSnapshot): UpstreamInfo {
     version: cs.version,
     credits: creditView(cs),
     grant: cs.grant,
-    callsInFlight: cs.inboundInProgress,
+    callsInFlight,
     sendLimit: cs.sendLimit,
     recvSize: cs.recvSize,
     remoteInvalidate: cs.remoteInvalidateOk,

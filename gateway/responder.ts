@@ -71,7 +71,6 @@ export class Responder {
           pool: this.recordPool,
         });
         this.links.add(link);
-        this.stats.connections++;
         this.stats.links = this.links.size;
         try {
           link.conn = RpcRdmaConnection.accept({
@@ -82,6 +81,7 @@ export class Responder {
             requester: link,
             onClose: (_conn, reason) => link.onRdmaClosed(reason),
           });
+          this.stats.connections++; // accepted: a refused one counts as an accept failure only
         } catch (e) {
           // Refused by the device (a resource limit): the request was rejected and nothing of the
           // connection is left; its upstream link goes too (no call can have reached it).
@@ -131,6 +131,20 @@ export class Responder {
     this.links.delete(link);
     this.stats.links = this.links.size;
     if (this.links.size === 0) for (const w of this.goneWaiters.splice(0)) w();
+  }
+
+  /**
+   * The accepted connections with the calls each is serving: those whose Read chunks are still being
+   * pulled, and those forwarded upstream and not yet answered.
+   */
+  connectionsServing(): { snapshot: ConnectionSnapshot; calls: number }[] {
+    const out: { snapshot: ConnectionSnapshot; calls: number }[] = [];
+    for (const l of this.links) {
+      if (!l.conn || l.conn.state === 'closed') continue;
+      const snapshot = l.conn.snapshot();
+      out.push({ snapshot, calls: snapshot.inboundInProgress + l.outstanding });
+    }
+    return out;
   }
 
   /** The accepted connections' transport snapshots (counters prove which chunks were used). */

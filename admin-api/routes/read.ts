@@ -53,7 +53,9 @@ export function registerProcessReadRoutes(app: FastifyInstance, control: Process
       config: { access: 'public' },
       schema: {
         summary:
-          'Ready: TCP listener bound, an RDMA connection established, not draining (else 503 with the reason)',
+          control.serverInfo().role === 'responder'
+            ? 'Ready: RDMA listener bound, not draining or stopping (else 503 with the reason)'
+            : 'Ready: TCP listener bound, an RDMA connection established, not draining (else 503 with the reason)',
         tags: HEALTH,
         response: { 200: Readiness, 503: Readiness },
       },

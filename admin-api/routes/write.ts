@@ -38,7 +38,10 @@ export function registerProcessWriteRoutes(app: FastifyInstance, control: Proces
     {
       config: write,
       schema: {
-        summary: 'Drain: /readyz answers 503, no new calls are taken, calls in flight finish',
+        summary:
+          control.serverInfo().role === 'responder'
+            ? 'Drain: /readyz answers 503, new RDMA connections are refused, the accepted ones go on'
+            : 'Drain: /readyz answers 503, no new calls are taken, calls in flight finish',
         tags: ['lifecycle'],
         security,
         response: responses(Drain, 200, WRITE_ERRORS),
@@ -55,7 +58,10 @@ export function registerProcessWriteRoutes(app: FastifyInstance, control: Proces
     {
       config: write,
       schema: {
-        summary: 'Cancel a drain: take calls again',
+        summary:
+          control.serverInfo().role === 'responder'
+            ? 'Cancel a drain: accept RDMA connections again'
+            : 'Cancel a drain: take calls again',
         tags: ['lifecycle'],
         security,
         response: responses(Drain, 200, WRITE_ERRORS),

@@ -7,8 +7,8 @@
  * connections (the requesters retransmit elsewhere), wait for the upstream connections to end, then exit 0.
  */
 import { selectProvider } from '../../rdma-backend/providers/select.js';
-import { formatHostPort, type HostPort } from '../../tcp-frontend/address.js';
-import { type LoadedConfig, loadConfig } from '../config.js';
+import { formatHostPort } from '../../tcp-frontend/address.js';
+import { loadConfig } from '../config.js';
 import { defaultRegistry, transportOptions } from '../gateway.js';
 import { createLogger } from '../logging.js';
 import { Responder } from '../responder.js';
@@ -17,20 +17,10 @@ import { serveTestProgram, type TestProgramServer } from '../test-program/server
 import type { CommandContext } from './context.js';
 import { waitForStopSignal } from './signals.js';
 
-/** The responder's admin port when `admin.listen` is not configured (the gateway's is 9249). */
-export const DEFAULT_RESPONDER_ADMIN_PORT = 9250;
-
-/** Where the responder's admin API listens: `admin.listen` as configured, else the responder's default. */
-export function responderAdminListen({ config, origins }: LoadedConfig): HostPort | 'off' {
-  if (origins['admin.listen'] !== 'default' || config.admin.listen === 'off') return config.admin.listen;
-  return { host: config.admin.listen.host, port: DEFAULT_RESPONDER_ADMIN_PORT };
-}
-
 export async function responder(ctx: CommandContext): Promise<number> {
   const started = Date.now();
-  const loaded = loadConfig({ env: ctx.env, flags: ctx.args.flags });
-  const { config } = loaded;
-  const adminListen = responderAdminListen(loaded);
+  // As the responder: `admin.listen` left unset is 127.0.0.1:9250, and so it reads in /v1/config.
+  const { config } = loadConfig({ env: ctx.env, flags: ctx.args.flags, role: 'responder' });
   // The process's role is a base field of every line; components below add `component` (a child
   // binding is appended, never replaced, so the process logger itself must not carry one).
   const root = createLogger({
@@ -66,7 +56,7 @@ export async function responder(ctx: CommandContext): Promise<number> {
   const upstreamText = formatHostPort(upstream.host, upstream.port);
   let admin: Awaited<ReturnType<typeof startResponderAdmin>>;
   try {
-    admin = await startResponderAdmin(r, adminListen, {
+    admin = await startResponderAdmin(r, config.admin.listen, {
       config,
       logger: root,
       upstream: testProgram ? `embedded (${upstreamText})` : upstreamText,

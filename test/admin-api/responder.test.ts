@@ -5,6 +5,7 @@
  * documented schema, the gateway-only routes absent, drain refusing new RDMA connections while the
  * accepted ones keep serving, and where the admin API listens when nothing is configured.
  */
+import { type AddressInfo, createServer, type Socket } from 'node:net';
 import { Writable } from 'node:stream';
 import Ajv2020 from 'ajv/dist/2020.js';
 import test from 'ava';
@@ -12,7 +13,6 @@ import parsePrometheus from 'parse-prometheus-text-format';
 import { request } from 'undici';
 import { judgeReadiness } from '../../admin-api/index.js';
 import { main } from '../../gateway/cli.js';
-import { responderAdminListen } from '../../gateway/commands/responder.js';
 import { loadConfig } from '../../gateway/config.js';
 import type { GatewayAdmin } from '../../gateway/control.js';
 import type { Gateway } from '../../gateway/gateway.js';
@@ -255,6 +255,20 @@ test('drain refuses new RDMA connections and fails /readyz; the accepted ones ke
   }
 });
 
+test('a stopped responder says so in /readyz and /v1/server-info (not "draining")', async (t) => {
+  const h = await start();
+  try {
+    await h.responder.close(1000);
+    const ready = await json(h, 'GET', '/readyz');
+    t.is(ready.status, 503);
+    t.is(ready.json.reason, 'responder stopped');
+    t.false(ready.json.checks.draining);
+    t.is((await json(h, 'GET', '/v1/server-info')).json.state, 'stopped');
+  } finally {
+    await stop(h);
+  }
+});
+
 test('drain needs the token like every write; without one it is refused and nothing changes', async (t) => {
   const h = await start();
   try {
@@ -268,23 +282,38 @@ test('drain needs the token like every write; without one it is refused and noth
   }
 });
 
-test('admin.listen: unset, the responder takes 127.0.0.1:9250 (the gateway 9249); set, as given; off, none', (t) => {
-  const load = (env: Record<string, string>) => loadConfig({ env, flags: new Map() });
-  t.deepEqual(responderAdminListen(load({})), { host: '127.0.0.1', port: 9250 });
-  t.deepEqual(load({}).config.admin.listen, { host: '127.0.0.1', port: 9249 }, 'the gateway keeps 9249');
-  t.deepEqual(responderAdminListen(load({ RPCRDMA_GATEWAY_ADMIN_LISTEN: '127.0.0.1:9249' })), {
+test('admin.listen: unset, the responder takes 127.0.0.1:9250 (the gateway 9249), and its effective configuration says so; set, as given; off, none', async (t) => {
+  const listen = (env: Record<string, string>, flags = new Map<string, string[]>()) =>
+    loadConfig({ env, flags, role: 'responder' }).config.admin.listen;
+  t.deepEqual(listen({}), { host: '127.0.0.1', port: 9250 });
+  t.deepEqual(loadConfig({ env: {}, flags: new Map() }).config.admin.listen, {
     host: '127.0.0.1',
     port: 9249,
   });
-  t.deepEqual(responderAdminListen(load({ RPCRDMA_GATEWAY_ADMIN_LISTEN: '0.0.0.0:7000' })), {
-    host: '0.0.0.0',
-    port: 7000,
-  });
-  t.is(responderAdminListen(load({ RPCRDMA_GATEWAY_ADMIN_LISTEN: 'off' })), 'off');
-  t.deepEqual(
-    responderAdminListen(loadConfig({ env: {}, flags: new Map([['admin-listen', ['127.0.0.1:0']]]) })),
-    { host: '127.0.0.1', port: 0 },
-  );
+  t.deepEqual(listen({ RPCRDMA_GATEWAY_ADMIN_LISTEN: '127.0.0.1:9249' }), { host: '127.0.0.1', port: 9249 });
+  t.deepEqual(listen({ RPCRDMA_GATEWAY_ADMIN_LISTEN: '0.0.0.0:7000' }), { host: '0.0.0.0', port: 7000 });
+  t.is(listen({ RPCRDMA_GATEWAY_ADMIN_LISTEN: 'off' }), 'off');
+  t.deepEqual(listen({}, new Map([['admin-listen', ['127.0.0.1:0']]])), { host: '127.0.0.1', port: 0 });
+  // --print-config for the responder prints the address it will use.
+  for (const [argv, port, other] of [
+    [['responder', '--print-config'], '9250', '9249'],
+    [['start', '--print-config'], '9249', '9250'],
+  ] as const) {
+    let out = '';
+    const code = await main([...argv], {
+      env: {},
+      stdout: new Writable({
+        write(chunk: Buffer, _enc, done) {
+          out += chunk.toString('utf8');
+          done();
+        },
+      }),
+      stderr: new Writable({ write: (_c, _e, done) => done() }),
+    });
+    t.is(code, 0);
+    t.regex(out, new RegExp(`"?listen"?: "127\\.0\\.0\\.1:${port}"`), argv.join(' '));
+    t.false(out.includes(`127.0.0.1:${other}`), argv.join(' '));
+  }
 });
 
 test('the readiness rule per role: a gateway needs an RDMA connection, a responder only its listener', (t) => {
@@ -356,3 +385,51 @@ async function runStatus(argv: string[], env: Record<string, string>) {
   });
   return { code, stdout, stderr };
 }
+
+test('/v1/connections counts the calls a connection is serving, those waiting on the upstream included', async (t) => {
+  // An upstream that never answers: the call stays with the responder.
+  const sockets: Socket[] = [];
+  const silent = createServer((s) => {
+    sockets.push(s);
+    s.on('error', () => {});
+  });
+  await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+  const config = testConfig();
+  const device = await createSoftProvider().openDevice();
+  const responder = new Responder({
+    device,
+    host: '127.0.0.1',
+    port: 0,
+    upstream: { host: '127.0.0.1', port: (silent.address() as AddressInfo).port },
+    registry: defaultRegistry(),
+  });
+  const { port } = await responder.listen();
+  const admin = await startResponderAdmin(
+    responder,
+    { host: '127.0.0.1', port: 0 },
+    { config, logger: captureLogger().logger, upstream: 'silent', provider: 'soft' },
+  );
+  const g = await startTestGateway({ peer: { host: '127.0.0.1', port } });
+  const c = await TestProgramClient.connect({
+    host: '127.0.0.1',
+    port: g.addresses[0].port,
+    callTimeoutMs: 20_000,
+  });
+  t.teardown(async () => {
+    c.rpc.destroy();
+    await g.stop(0);
+    await admin?.api.close();
+    await responder.close(0);
+    for (const s of sockets) s.destroy();
+    silent.close();
+  });
+  const echo = c.echo(Buffer.from('held')).catch(() => null);
+  await waitFor(() => responder.stats.pending === 1, 'the call forwarded upstream');
+  const res = await request(`${admin?.url}/v1/connections`);
+  const { connections } = (await res.body.json()) as { connections: { callsInFlight: number }[] };
+  t.deepEqual(
+    connections.map((x) => x.callsInFlight),
+    [1],
+  );
+  void echo;
+});

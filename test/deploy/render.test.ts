@@ -5,6 +5,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor';
 import test from 'ava';
 import { loadConfig } from '../../gateway/config.js';
 import { chartDir, helmLite, type K8sObject, parseManifests } from './repo.js';
@@ -180,6 +181,30 @@ test("ports.admin: 0 takes each role's default; a set value is used as given in 
     const admin = docs.find((d) => d.kind === 'Service' && d.metadata.name.endsWith('-admin'));
     t.is(admin!.spec.ports[0].port, 9300, mode);
   }
+});
+
+test("with protectReads the ServiceMonitor sends the admin token from the chart's Secret", async (t) => {
+  for (const mode of ['gateway', 'responder']) {
+    const docs = docsOf(
+      await renderChartWith(
+        `mode: ${mode}\nconfig: {admin: {protectReads: true}}\nmetrics: {serviceMonitor: {enabled: true}}\n`,
+      ),
+    );
+    const sm = docs.find((d) => d.kind === 'ServiceMonitor');
+    const secret = docs.find((d) => d.kind === 'Secret');
+    t.truthy(secret, 'the chart makes the token Secret');
+    const [endpoint] = sm!.spec.endpoints;
+    t.is(endpoint.authorization.type, 'Bearer');
+    t.is(endpoint.authorization.credentials.name, secret!.metadata.name);
+    t.true(
+      Object.hasOwn(secret!.data ?? {}, endpoint.authorization.credentials.key),
+      'the key names the token in that Secret',
+    );
+    new ServiceMonitor(sm as never).validate();
+  }
+  // Without protectReads, no token is sent.
+  const open = docsOf(await renderChartWith('metrics: {serviceMonitor: {enabled: true}}\n'));
+  t.is(open.find((d) => d.kind === 'ServiceMonitor')!.spec.endpoints[0].authorization, undefined);
 });
 
 test('a ServiceMonitor renders in either role, and needs the admin Service', async (t) => {

@@ -287,6 +287,7 @@ test('a connection the device cannot accept is rejected at once, its upstream li
   await t.throwsAsync(connect());
   t.true(Date.now() - started < 5000, 'rejected, not left to time out');
   t.is(responder.stats.acceptFailures, 1);
+  t.is(responder.stats.connections, 0, 'a refused connection is not counted as accepted');
   t.is(refusing.pds[0].mrCount, 0, 'no registration left');
   t.true(refusing.pds[0].dead);
   await waitFor(() => responder.links.size === 0, 'the upstream link of the refused connection closed');
@@ -302,4 +303,5 @@ test('a connection the device cannot accept is rejected at once, its upstream li
   conn.submit(call(7));
   await waitFor(() => outcomes.replies.length === 1, 'the next connection served');
   t.is(responder.stats.acceptFailures, 1);
+  t.is(responder.stats.connections, 1);
 });
