@@ -101,9 +101,7 @@ export class ResponderControlAdapter
   }
 
   connections(): UpstreamInfo[] {
-    return this.responder
-      .connectionsServing()
-      .map(({ snapshot, calls }) => connectionInfo(snapshot, calls));
+    return this.responder.connectionsServing().map(({ snapshot, calls }) => connectionInfo(snapshot, calls));
   }
 
   counters(): { responder: ResponderCounters; connections: UpstreamCounters[] } {

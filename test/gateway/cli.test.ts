@@ -142,27 +142,6 @@ test('start: admin settings that cannot work are refused before anything listens
   }
 });
 
-test('start: an admin port already taken stops the gateway it started and exits 1', async (t) => {
-  const taken = createServer();
-  await new Promise<void>((r) => taken.listen(0, '127.0.0.1', r));
-  t.teardown(() => taken.close());
-  const adminPort = (taken.address() as AddressInfo).port;
-  const frontend = await freePort();
-  const started = Date.now();
-  const r = await run([
-    'start',
-    '--listen',
-    `127.0.0.1:${frontend}`,
-    '--admin-listen',
-    `127.0.0.1:${adminPort}`,
-  ]);
-  // It exits by itself (`run` kills it only at 20 s): the gateway it started does not stay up.
-  const ms = Date.now() - started;
-  t.true(ms < 15_000, `exited after ${ms} ms`);
-  t.is(r.code, 1, r.stderr);
-  t.regex(r.stderr, /EADDRINUSE/);
-});
-
 test('a repeated --frontend-allowed-clients adds to the list; a token keeps no surrounding newline', async (t) => {
   const r = await run(
     [
@@ -230,27 +209,28 @@ test('responder: its admin API answers at the address it prints (/readyz, role r
   t.is(await exited, 0, out);
 });
 
-test('responder: an admin port already taken stops the responder it started and exits 1', async (t) => {
+test('an admin port already taken stops the gateway or responder it started and exits 1', async (t) => {
   const taken = createServer();
   await new Promise<void>((r) => taken.listen(0, '127.0.0.1', r));
   t.teardown(() => taken.close());
   const adminPort = (taken.address() as AddressInfo).port;
-  const rdmaPort = await freePort();
-  const started = Date.now();
-  const r = await run([
-    'responder',
-    '--responder-listen',
-    `127.0.0.1:${rdmaPort}`,
-    '--upstream',
-    'embedded',
-    '--admin-listen',
-    `127.0.0.1:${adminPort}`,
-    '--rdma-provider',
-    'soft',
-  ]);
-  const ms = Date.now() - started;
-  t.true(ms < 15_000, `exited after ${ms} ms`);
-  t.is(r.code, 1, r.stderr);
-  t.regex(r.stderr, /EADDRINUSE/);
-  t.notRegex(r.stdout, /accepting RPC-over-RDMA/, 'no banner for a responder that stopped');
+  const [frontend, rdma] = [await freePort(), await freePort()];
+  const roles: [string, string[], RegExp][] = [
+    ['start', ['--listen', `127.0.0.1:${frontend}`], /rpcrdma-gateway start: listening/],
+    [
+      'responder',
+      ['--responder-listen', `127.0.0.1:${rdma}`, '--upstream', 'embedded', '--rdma-provider', 'soft'],
+      /rpcrdma-gateway responder: accepting/,
+    ],
+  ];
+  for (const [command, args, banner] of roles) {
+    const started = Date.now();
+    const r = await run([command, ...args, '--admin-listen', `127.0.0.1:${adminPort}`]);
+    // It exits by itself (`run` kills it only at 20 s): what it started does not stay up.
+    const ms = Date.now() - started;
+    t.true(ms < 15_000, `${command} exited after ${ms} ms`);
+    t.is(r.code, 1, r.stderr);
+    t.regex(r.stderr, /EADDRINUSE/);
+    t.notRegex(r.stdout, banner, `no banner from ${command}`);
+  }
 });
