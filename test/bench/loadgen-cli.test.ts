@@ -219,6 +219,22 @@ test('an endpoint that is not there, or a bad argument: exit 1 or 2 with the rea
   t.is(help.stdout, `${LOADGEN_USAGE}\n`);
 });
 
+/** NULL calls on one connection with `depth` outstanding, for `seconds` after `warmup` seconds. */
+function oneConnection(port: number, depth: number, seconds: string, warmup: string) {
+  return runCli([
+    '--target',
+    `127.0.0.1:${port}`,
+    '--connections',
+    '1',
+    '--depth',
+    String(depth),
+    '--seconds',
+    seconds,
+    '--warmup',
+    warmup,
+  ]);
+}
+
 /**
  * A NULL server that answers the calls `answers` accepts (after `delayMs`) and swallows the others;
  * resolves with its port (closed at the test's end).
@@ -246,18 +262,7 @@ test('replies that never come are failures, not a faster row: calls sent before 
   // Every fourth call is swallowed: each takes a slot for good.
   let seen = 0;
   const port = await nullServer(t, () => ++seen % 4 !== 0);
-  const run = await runCli([
-    '--target',
-    `127.0.0.1:${port}`,
-    '--connections',
-    '1',
-    '--depth',
-    '8',
-    '--seconds',
-    '0.3',
-    '--warmup',
-    '0.3',
-  ]);
+  const run = await oneConnection(port, 8, '0.3', '0.3');
   t.is(run.code, 1);
   t.regex(
     run.stderr,
@@ -276,18 +281,7 @@ test('a chain that stops answering inside the window fails the run: its calls se
     answered++;
     return true;
   });
-  const run = await runCli([
-    '--target',
-    `127.0.0.1:${port}`,
-    '--connections',
-    '1',
-    '--depth',
-    '4',
-    '--seconds',
-    '0.6',
-    '--warmup',
-    '0.3',
-  ]);
+  const run = await oneConnection(port, 4, '0.6', '0.3');
   t.true(answered > 0, 'it answered at first');
   t.is(run.code, 1, run.stdout);
   t.regex(
@@ -301,18 +295,7 @@ test('a chain slower than half a short window is slow, not lossy: every call ans
   // than half the window, less than twice the slowest reply.
   const port = await nullServer(t, () => true, 150);
   for (const warmup of ['0.3', '0.4', '0.45']) {
-    const run = await runCli([
-      '--target',
-      `127.0.0.1:${port}`,
-      '--connections',
-      '1',
-      '--depth',
-      '4',
-      '--seconds',
-      '0.2',
-      '--warmup',
-      warmup,
-    ]);
+    const run = await oneConnection(port, 4, '0.2', warmup);
     t.is(run.code, 0, `warm-up ${warmup} s: ${run.stderr}`);
   }
 });
