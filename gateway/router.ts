@@ -757,7 +757,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     let expired: ClientState[] | null = null;
     for (const c of this.clients) {
       // Waiting for its own replies to drain is not waiting for an RDMA connection.
-      if (c.head === null || c.waitingForRoom || c.head.queuedAt >= limit) continue;
+      if (c.head === null || c.waitingForRoom || c.oldestQueuedAt() >= limit) continue;
       expired ??= [];
       expired.push(c);
     }

@@ -55,6 +55,16 @@ export class ClientState {
     this.queued++;
   }
 
+  /**
+   * The earliest hold clock of its waiting calls. Not always the head's: a resent call goes in front with
+   * its clock from its first loss, which may be later than those of the calls behind it.
+   */
+  oldestQueuedAt(): number {
+    let oldest = Number.POSITIVE_INFINITY;
+    for (let r = this.head; r !== null; r = r.next) if (r.queuedAt < oldest) oldest = r.queuedAt;
+    return oldest;
+  }
+
   shift(): CallRecord | null {
     const r = this.head;
     if (r === null) return null;

@@ -39,7 +39,7 @@ const LOST = {
  * One RDMA connection that takes calls while `up`, and one client whose budget (150 bytes) holds one
  * call of 100 at a time: a second call waits for room while the first is in flight.
  */
-function world() {
+function world(maxReplyBytes = 150) {
   const sent: CallRecord[] = [];
   const rdma = {
     state: 'ready',
@@ -56,7 +56,7 @@ function world() {
     registry: new UlbRegistry(),
     holdTimeMs: 30 * S,
     tickMs: 1e9,
-    maxReplyBytes: 150,
+    maxReplyBytes,
     unknownReplyBytes: 100,
   });
   router.attach(pool);
@@ -126,4 +126,17 @@ test('a call in flight while its client waits for room gets no credit for that w
   t.true(now - firstLoss > 30 * S);
   t.is(client.destroyed, 'ERR_RDMA_UNAVAILABLE', 'the hold time runs from the first loss');
   t.is(router.stats.holdExpired, 1);
+});
+
+test('a resent call in front does not hide an older call behind it from the hold time', (t) => {
+  const { router, rdma, client, conn, sent, tick } = world(1_000_000);
+  t.teardown(() => router.close());
+  router.onRecord(conn, call(1)); // A goes
+  rdma.up = false;
+  router.onRecord(conn, call(2)); // B waits for an RDMA connection from t = 0
+  now += 29 * S;
+  router.onFailed(sent[0], LOST); // A's first loss at t = 29 s: in front of B, its clock from now
+  now += 2 * S;
+  tick();
+  t.is(client.destroyed, 'ERR_RDMA_UNAVAILABLE', 'B has waited 31 s: past the 30 s hold time');
 });
