@@ -85,9 +85,9 @@ export class ResponderControlAdapter
       role: 'responder',
       listenerBound: this.responder.address() !== null,
       upstreamsReady: this.live().filter((c) => c.state === 'ready').length,
-      // Stopping is not draining: it closes its connections (the requesters resend elsewhere); the state
-      // says it.
-      draining: this.responder.draining,
+      // Stopping is not draining: it closes its connections (the requesters resend elsewhere), whether or
+      // not a drain came first (the chart's preStop does one); the state says it.
+      draining: this.responder.draining && !this.responder.closing,
       state: this.state(),
     };
   }
