@@ -149,9 +149,7 @@ export class Responder {
 
   /** The accepted connections' transport snapshots (counters prove which chunks were used). */
   connections(): ConnectionSnapshot[] {
-    const out: ConnectionSnapshot[] = [];
-    for (const l of this.links) if (l.conn && l.conn.state !== 'closed') out.push(l.conn.snapshot());
-    return out;
+    return this.connectionsServing().map((c) => c.snapshot);
   }
 
   /** The live RDMA connections (tests kill them to exercise failure handling). */

@@ -356,8 +356,21 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   private malformed(conn: FrontendConnection, why: string, length: number): void {
     this.stats.malformed++;
     conn.log.warn({ code: 'ERR_NOT_RPC_CALL', length }, `closing client: ${why}`);
-    conn.destroy('ERR_NOT_RPC_CALL', why, { length });
-    // The frontend reports the close asynchronously: its waiting calls must not be sent meanwhile.
+    this.closeNow(conn, 'ERR_NOT_RPC_CALL', why, { length });
+  }
+
+  /**
+   * Destroys a client's connection and forgets its waiting calls at once: the frontend reports the close
+   * asynchronously, and a waiting call sent meanwhile (a non-idempotent one) would run on the server and
+   * again when the client retransmits it.
+   */
+  private closeNow(
+    conn: FrontendConnection,
+    code: string,
+    message: string,
+    details: Record<string, unknown>,
+  ): void {
+    conn.destroy(code, message, details);
     this.onClose(conn, conn.closeReason as CloseReason);
   }
 
@@ -592,12 +605,9 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       'RDMA peer refused a call; closing the client so that it retransmits',
     );
     this.records.give(r);
-    client.conn.destroy('ERR_RDMA_REFUSED', `the RDMA peer refused a call: ${error.code}`, {
+    this.closeNow(client.conn, 'ERR_RDMA_REFUSED', `the RDMA peer refused a call: ${error.code}`, {
       transportCode: error.code,
     });
-    // Its waiting calls are dropped now, not when the frontend reports the close: sent meanwhile, a
-    // non-idempotent one would run on the server and again when the client retransmits it.
-    this.onClose(client.conn, client.conn.closeReason as CloseReason);
     this.pump();
   }
 
@@ -745,7 +755,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     this.backchannel.expire(performance.now());
     if (this.stats.queued > 0) {
       this.expireHeld();
-      // A socket that emptied without ever blocking sends no drain: look at the waiting clients here.
+      // A safety net only: replies, drains and the flush watch (`watchUnsent`) wake a waiting client.
       for (const c of this.clients) if (c.waitingForRoom) this.wakeForRoom(c);
       this.pump();
     }
@@ -768,7 +778,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
         { code: 'ERR_RDMA_UNAVAILABLE', holdTimeMs: this.holdTimeMs, waiting: c.queued },
         'no RDMA connection took the calls within the hold time; closing the client so that it retransmits',
       );
-      c.conn.destroy(
+      this.closeNow(
+        c.conn,
         'ERR_RDMA_UNAVAILABLE',
         `no RDMA connection could take the calls for ${this.holdTimeMs} ms`,
         {
@@ -776,8 +787,6 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
           waiting: c.queued,
         },
       );
-      // The frontend reports the close asynchronously: drop the waiting calls now.
-      this.onClose(c.conn, c.conn.closeReason as CloseReason);
     }
   }
 }
