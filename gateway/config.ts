@@ -155,7 +155,7 @@ export const CONFIG_SCHEMA: readonly KeyDef[] = [
     key: 'frontend.maxReplyBytes',
     kind: { type: 'size', min: 64 * 1024, max: 0x7fff_ffff },
     default: DEFAULT_MAX_REPLY_BYTES,
-    doc: 'Reply bytes one client may have coming (its calls in flight, each at its largest possible reply; 4 MiB + 64 KiB when the binding cannot bound it, and on a tcp route) plus written and not yet taken by its socket; a call beyond waits until the client reads (one always goes). Bounds what a client that does not read its replies costs the gateway.',
+    doc: 'Reply bytes one client may have coming (its calls in flight on every route together, each at its largest possible reply; 4 MiB + 64 KiB when the binding cannot bound it, and on a tcp route) plus written and not yet taken by its socket; a call beyond waits until the client reads (one always goes). Bounds what a client that does not read its replies costs the gateway.',
   },
   {
     key: 'frontend.idleTimeoutMs',

@@ -393,7 +393,9 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       while (this.ring.length > 0 && misses < this.ring.length) {
         const client = this.ring.peek() as ClientState;
         const r = client.head;
-        if (r === null || client.closed) {
+        // A client reset and not yet reported closed (`gone`): its replies could not be written, so its
+        // waiting calls stay here and are dropped with it.
+        if (r === null || client.closed || client.conn.gone) {
           this.ring.shift();
           client.active = false;
           continue;
@@ -528,7 +530,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     r.attempts++;
     client.inFlight++;
     r.replyReserve = this.replyBytesOf(r);
-    client.replyReserved += r.replyReserve;
+    client.conn.reserveReplyRoom(r.replyReserve);
     this.stats.inFlight++;
     link.conn.submit(r);
   }
@@ -665,7 +667,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     }
     const client = r.client as ClientState;
     client.inFlight--;
-    client.replyReserved -= r.replyReserve;
+    client.conn.releaseReplyRoom(r.replyReserve);
     r.replyReserve = 0;
     this.stats.inFlight--;
   }
@@ -678,9 +680,10 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
    * a reply larger than the budget still gets through.
    */
   private hasReplyRoom(client: ClientState, r: CallRecord): boolean {
-    const unsent = client.conn.unsentBytes;
-    if (client.replyReserved === 0 && unsent === 0) return true;
-    return client.replyReserved + unsent + this.replyBytesOf(r) <= this.maxReplyBytes;
+    const conn = client.conn;
+    const unsent = conn.unsentBytes;
+    if (conn.replyReserved === 0 && unsent === 0) return true;
+    return conn.replyReserved + unsent + this.replyBytesOf(r) <= this.maxReplyBytes;
   }
 
   /** The largest reply `r` can bring: its ULB's bound, or the largest reply the transport accepts. */
@@ -689,11 +692,15 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   }
 
   /**
-   * With no reply of its own coming, only its unsent bytes hold a waiting client back, and when the socket
-   * takes them without ever having refused a write no `drain` says so: ask the connection to tell us.
+   * What will wake a client waiting for room. Its own replies do (`onReply`); a reply on the tcp route
+   * releases room of the same account, and says so (`awaitReplyRoom`). With no reply coming on any
+   * route, only its unsent bytes hold it back, and when the socket takes them without ever having refused
+   * a write no `drain` says so: ask the connection to tell us.
    */
   private watchUnsent(client: ClientState): void {
-    if (client.replyReserved === 0 && client.conn.unsentBytes > 0) client.conn.notifyWhenFlushed();
+    const conn = client.conn;
+    conn.awaitReplyRoom();
+    if (conn.replyReserved === 0 && conn.unsentBytes > 0) conn.notifyWhenFlushed();
   }
 
   /** A client that waited for reply room goes back in the ring if its next call fits now. */

@@ -50,7 +50,11 @@ export interface FrontendHandler {
   onRecord(conn: FrontendConnection, record: Buffer): void;
   /** Called once when the connection has closed, whatever the reason. Calls still in flight are void. */
   onClose(conn: FrontendConnection, reason: CloseReason): void;
-  /** The socket drained after `sendRecord` returned false: replies held for this connection may go. */
+  /**
+   * There may be reply room again: the socket drained after `sendRecord` returned false, the bytes watched
+   * by `notifyWhenFlushed` were taken, or reply room was released after `awaitReplyRoom`. Calls or
+   * reading held for this connection may go; a handler re-checks, since several may be waiting.
+   */
   onWritable?(conn: FrontendConnection): void;
 }
 
@@ -58,6 +62,10 @@ export interface FrontendHandler {
 export const XDR_PAD = Buffer.alloc(4);
 
 let nextConnectionId = 1;
+
+function notifyRoomReleased(conn: FrontendConnection): void {
+  conn.roomReleased();
+}
 
 /** Backlog slots a connection keeps between reads (a read of 64 KiB holds at most ~1,600 NULL calls). */
 const MAX_KEPT_BACKLOG = 64;
@@ -85,6 +93,13 @@ export class FrontendConnection {
   closed = false;
   /** Opaque slot for the dispatcher (per-client queue, fairness state...): the frontend never reads it. */
   context: unknown = undefined;
+  /**
+   * Reply bytes the dispatcher has promised this client and not yet written: each call sent on and not
+   * answered, counted at the largest reply it can bring. One account for every route the dispatcher has
+   * (`reserveReplyRoom` / `releaseReplyRoom`), so that `frontend.maxReplyBytes` bounds the client once,
+   * whichever way its calls go.
+   */
+  replyReserved = 0;
   readonly log: Logger;
 
   private readonly socket: Socket;
@@ -201,6 +216,36 @@ export class FrontendConnection {
 
   private flushWatched = false;
 
+  /**
+   * Whoever holds this client back for reply room (`replyReserved` + `unsentBytes` too large) asks to be
+   * told when another party releases room: the next `releaseReplyRoom` calls the handler's `onWritable`
+   * once, on a later tick (never from inside the release, which happens in the middle of handling a
+   * reply). Ask again if the room is still short then.
+   */
+  awaitReplyRoom(): void {
+    this.roomAwaited = true;
+  }
+
+  reserveReplyRoom(bytes: number): void {
+    this.replyReserved += bytes;
+  }
+
+  releaseReplyRoom(bytes: number): void {
+    this.replyReserved -= bytes;
+    if (this.roomAwaited && !this.closed) {
+      this.roomAwaited = false;
+      process.nextTick(notifyRoomReleased, this);
+    }
+  }
+
+  private roomAwaited = false;
+
+  /** @internal `releaseReplyRoom`'s deferred notification. */
+  roomReleased(): void {
+    if (this.closed || this.socket.destroyed) return;
+    this.handler.onWritable?.(this);
+  }
+
   private readonly onFlushed = (err?: Error | null): void => {
     this.flushWatched = false;
     // A destroyed socket fails its pending writes before 'close' reports it: nothing was flushed, and
@@ -208,6 +253,14 @@ export class FrontendConnection {
     if (err || this.closed || this.socket.destroyed) return;
     this.handler.onWritable?.(this);
   };
+
+  /**
+   * Nothing can be written to the client any more: closed, or its socket destroyed (a reset) and the
+   * close not reported yet. A dispatcher sends no more of its calls on.
+   */
+  get gone(): boolean {
+    return this.closed || this.socket.destroyed;
+  }
 
   /** Reply bytes accepted by `sendRecord` and not yet taken by the kernel (gathered for this tick, or queued in the socket). */
   get unsentBytes(): number {

@@ -55,20 +55,14 @@ export interface PassthroughOptions {
   /** Calls on the wire per upstream connection. */
   maxInFlight?: number;
   /**
-   * Reply bytes one client may have coming (each call forwarded counts at `maxRecordSize`: the route does
-   * not parse replies) plus written and not yet taken by its socket (`frontend.maxReplyBytes`). Beyond
-   * it the client's reading is held until its replies drain. Default 64 MiB.
+   * Reply bytes one client may have coming plus written and not yet taken by its socket
+   * (`frontend.maxReplyBytes`), on every route: the account is the client connection's
+   * (`FrontendConnection.replyReserved`), shared with the rdma route. Each call forwarded here counts at
+   * `maxRecordSize` (the route does not parse replies). Beyond it the client's reading is held until
+   * replies drain. Default 64 MiB.
    */
   maxReplyBytes?: number;
   logger?: Logger;
-}
-
-/** A client's replies coming through the route (`maxReplyBytes`). */
-interface ReplyRoom {
-  /** Calls forwarded and not yet answered, each counted at the largest reply. */
-  reserved: number;
-  /** The client's reading is held (`FrontendConnection.hold`) until there is room again. */
-  holding: boolean;
 }
 
 /** One forwarded call: everything needed to put the reply back where it belongs. */
@@ -101,7 +95,8 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
   private closed = false;
   private readonly maxReplyBytes: number;
   private readonly replyUnit: number;
-  private readonly rooms = new WeakMap<FrontendConnection, ReplyRoom>();
+  /** Clients whose reading this route holds (`FrontendConnection.hold`) until there is reply room again. */
+  private readonly holding = new WeakSet<FrontendConnection>();
 
   constructor(o: PassthroughOptions) {
     this.defaultUpstream = o.defaultUpstream;
@@ -175,47 +170,52 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
   }
 
   onClose(conn: FrontendConnection): void {
-    // Replies find the connection through their call and are dropped once it has closed; only the reply
-    // room is kept per client.
-    this.rooms.delete(conn);
+    // Replies find the connection through their call and are dropped once it has closed; only the hold is
+    // kept per client.
+    this.holding.delete(conn);
   }
 
-  /** The client's socket drained: if its reading was held for reply room, it may go on. */
+  /**
+   * The client's socket drained, or reply room was released (by this route or the rdma route): if its
+   * reading was held for room, it may go on.
+   */
   onWritable(conn: FrontendConnection): void {
     this.release(conn);
   }
 
   /**
-   * Counts a forwarded call's largest reply against its client's room; once the replies coming and unsent
-   * reach `maxReplyBytes`, the client's reading is held (the call being forwarded still goes). Without it
-   * a client sending calls and reading nothing would make the gateway hold `maxCallsInFlight` replies.
+   * Counts a forwarded call's largest reply against its client's reply room; once the replies coming (on
+   * any route) and unsent reach `maxReplyBytes`, the client's reading is held (the call being forwarded
+   * still goes). Without it a client sending calls and reading nothing would make the gateway hold
+   * `maxCallsInFlight` replies.
    */
   private reserve(conn: FrontendConnection): void {
-    let room = this.rooms.get(conn);
-    if (room === undefined) {
-      room = { reserved: 0, holding: false };
-      this.rooms.set(conn, room);
-    }
-    room.reserved += this.replyUnit;
-    if (!room.holding && room.reserved + conn.unsentBytes >= this.maxReplyBytes) {
-      room.holding = true;
+    conn.reserveReplyRoom(this.replyUnit);
+    if (!this.holding.has(conn) && conn.replyReserved + conn.unsentBytes >= this.maxReplyBytes) {
+      this.holding.add(conn);
       conn.hold();
+      conn.awaitReplyRoom();
     }
   }
 
   private unreserve(conn: FrontendConnection): void {
-    const room = this.rooms.get(conn);
-    if (room === undefined) return;
-    room.reserved -= this.replyUnit;
+    conn.releaseReplyRoom(this.replyUnit);
     this.release(conn);
   }
 
-  /** Lets a held client read again once its replies coming and unsent fit. */
+  /**
+   * Lets a held client read again once its replies coming and unsent fit. Until then it waits for the
+   * next release of room (a reply on either route), or for its unsent bytes to be taken when no reply is
+   * coming at all.
+   */
   private release(conn: FrontendConnection): void {
-    const room = this.rooms.get(conn);
-    if (room === undefined || !room.holding || conn.closed) return;
-    if (room.reserved + conn.unsentBytes >= this.maxReplyBytes) return;
-    room.holding = false;
+    if (conn.closed || !this.holding.has(conn)) return;
+    if (conn.replyReserved + conn.unsentBytes >= this.maxReplyBytes) {
+      conn.awaitReplyRoom();
+      if (conn.replyReserved === 0) conn.notifyWhenFlushed();
+      return;
+    }
+    this.holding.delete(conn);
     conn.unhold();
   }
 

@@ -15,8 +15,6 @@ export class ClientState {
   queued = 0;
   /** Calls submitted to an RDMA connection and not yet answered. */
   inFlight = 0;
-  /** Reply bytes reserved by those calls, each at its largest possible reply (`CallRecord.replyReserve`). */
-  replyReserved = 0;
   /** Out of the ring because its replies would not fit its reply budget; back in on a reply or a drain. */
   waitingForRoom = false;
   /** When it last started waiting for room (`performance.now()`). */

@@ -69,6 +69,16 @@ function world(maxReplyBytes = 150) {
     log: { warn() {}, info() {}, debug() {} },
     sendReply() {},
     notifyWhenFlushed() {},
+    // The reply account of the real FrontendConnection; nothing else releases room in this world.
+    replyReserved: 0,
+    gone: false,
+    reserveReplyRoom(bytes: number) {
+      this.replyReserved += bytes;
+    },
+    releaseReplyRoom(bytes: number) {
+      this.replyReserved -= bytes;
+    },
+    awaitReplyRoom() {},
     destroy(code: string) {
       this.destroyed = code;
       this.closeReason = { code, message: code, details: {} };
@@ -139,4 +149,20 @@ test('a resent call in front does not hide an older call behind it from the hold
   now += 2 * S;
   tick();
   t.is(client.destroyed, 'ERR_RDMA_UNAVAILABLE', 'B has waited 31 s: past the 30 s hold time');
+});
+
+test('a client whose socket was reset, its close not yet reported, gets none of its waiting calls sent', (t) => {
+  const { router, client, conn, sent } = world();
+  t.teardown(() => router.close());
+  router.onRecord(conn, call(1)); // A goes
+  router.onRecord(conn, call(2)); // B waits for room
+  t.is(sent.length, 1);
+  // The client resets: Node destroys the socket at once and reports 'close' on a later turn, and A's
+  // reply may be handled in between. Its room must not send B to a server whose reply has nowhere to go.
+  client.gone = true;
+  router.onReply(sent[0], Buffer.alloc(28));
+  t.is(sent.length, 1, 'B stayed in the router');
+  t.is(router.snapshot().queued, 1);
+  router.onClose(conn, { code: 'ERR_SOCKET', message: 'reset', details: {} });
+  t.is(router.snapshot().queued, 0, 'and was dropped with its client');
 });

@@ -247,7 +247,13 @@ test('a client held for reply room that resets: none of its waiting calls reache
   hog.pause();
   hog.write(sourceCalls(32));
   await waitFor(() => g.router.stats.replyRoomWaits > 0, 'the client held for room');
-  await new Promise((r) => setTimeout(r, 500));
+  // Settled: every call sent has its reply, and nothing more has gone for 300 ms (on a loaded machine
+  // the replies written meanwhile may still make room for a few calls for a while).
+  let last = -1;
+  while (seen.length !== last || g.router.snapshot().inFlight > 0) {
+    last = seen.length;
+    await new Promise((r) => setTimeout(r, 300));
+  }
   const before = seen.length;
   hog.resetAndDestroy();
   await waitFor(() => g.frontend.connections.size === 0, 'the client gone');
@@ -255,4 +261,112 @@ test('a client held for reply room that resets: none of its waiting calls reache
   t.is(seen.length, before, `calls reached the server after the client reset: ${seen.slice(before)}`);
   t.is(g.router.snapshot().orphanedReplies, 0);
   t.true(g.router.snapshot().droppedQueued > 0, 'its waiting calls were dropped');
+});
+
+/**
+ * An upstream TCP server that answers nothing until told, for both routes (the responder's upstream and
+ * the tcp route's target): each record it gets is kept with its socket and its RPC program.
+ */
+async function holdingUpstream() {
+  const held: { socket: Socket; record: Buffer; program: number }[] = [];
+  const server = createServer((socket) => {
+    socket.on('error', () => {});
+    const decoder = new RecordDecoder((record) =>
+      held.push({ socket, record, program: record.readUInt32BE(12) }),
+    );
+    socket.on('data', (d: Buffer) => decoder.push(d));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as AddressInfo).port;
+  /** An accepted reply to `h` carrying an opaque of `dataBytes` (small: its write never blocks). */
+  const answer = (h: { socket: Socket; record: Buffer }, dataBytes = 16) => {
+    const reply = Buffer.alloc(28 + dataBytes);
+    reply.writeUInt32BE(h.record.readUInt32BE(0), 0);
+    reply.writeUInt32BE(1, 4);
+    reply.writeUInt32BE(dataBytes, 24);
+    h.socket.write(Buffer.concat(frameRecord(reply)));
+  };
+  const count = (program: number) => held.filter((h) => h.program === program).length;
+  const close = () => {
+    server.close();
+    for (const h of held) h.socket.destroy();
+  };
+  return { server, port, held, answer, count, close };
+}
+
+const MOUNT_PROGRAM = 100005;
+
+/** A gateway whose rdma route (the test program) and tcp route (MOUNT) both lead to `upstreamPort`. */
+async function startTwoRouteGateway(upstreamPort: number, budget: number) {
+  const config = testConfig({ maxReplyBytes: budget });
+  config.upstream = { host: '127.0.0.1', port: upstreamPort };
+  config.routes = [parseRoute(`mount=tcp@127.0.0.1:${upstreamPort}`)];
+  // The tick would wake a client waiting for room after a minute: only the wake-ups under test can
+  // make these tests pass in time.
+  return startGateway({ config, routerTickMs: 60_000 });
+}
+
+test('one reply budget for both routes: calls waiting on the tcp route hold the rdma route back, and its replies let it go on', async (t) => {
+  const up = await holdingUpstream();
+  // 10 MiB: two MOUNT calls count 2 × 4.06 MiB (the tcp route does not parse replies), so one SOURCE
+  // call's 1 MiB still fits and a second does not.
+  const g = await startTwoRouteGateway(up.port, 10 * MiB);
+  const client = await connectRaw(g.addresses[0].port);
+  t.teardown(async () => {
+    client.destroy();
+    up.close(); // first: the tcp route's close waits for its calls to be answered or lost
+    await g.stop(0);
+  });
+  const replies = new Set<number>();
+  const decoder = new RecordDecoder((r) => replies.add(r.readUInt32BE(0)));
+  client.on('data', (d: Buffer) => decoder.push(d));
+  const mounts = Buffer.concat([framedCall(101, MOUNT_PROGRAM, 3, 0), framedCall(102, MOUNT_PROGRAM, 3, 0)]);
+  client.write(Buffer.concat([mounts, sourceCalls(4)]));
+  await waitFor(
+    () => up.count(MOUNT_PROGRAM) === 2 && up.count(TEST_PROGRAM) >= 1,
+    'two MOUNT calls and a SOURCE call upstream',
+  );
+  await new Promise((r) => setTimeout(r, 300));
+  t.is(up.count(TEST_PROGRAM), 1, "the tcp route's calls count against the rdma route's room");
+  t.is(g.router.stats.replyRoomWaits, 1, 'the other three wait for room');
+
+  // One MOUNT reply releases 4.06 MiB: the three SOURCE calls waiting fit now, and go at once.
+  up.answer(up.held.find((h) => h.program === MOUNT_PROGRAM) as (typeof up.held)[number]);
+  await waitFor(() => up.count(TEST_PROGRAM) === 4, 'the SOURCE calls sent once the MOUNT reply came', 3000);
+  await waitFor(() => replies.has(101), 'the MOUNT reply');
+  for (const h of up.held.filter((x) => x.program === TEST_PROGRAM)) up.answer(h);
+  up.answer(up.held.filter((h) => h.program === MOUNT_PROGRAM)[1]);
+  await waitFor(() => replies.size === 6, 'every reply');
+  t.is(g.frontend.connections.size, 1);
+  t.is([...g.frontend.connections][0].replyReserved, 0, 'nothing left reserved');
+});
+
+test('one reply budget for both routes: calls in flight on the rdma route hold the tcp route back, and their replies let it read again', async (t) => {
+  const up = await holdingUpstream();
+  // 10 MiB: nine SOURCE calls (9 × 1 MiB) go; the MOUNT call after them goes too (the call that finds the
+  // budget spent still goes) and holds the client's reading, so the second MOUNT call waits.
+  const g = await startTwoRouteGateway(up.port, 10 * MiB);
+  const client = await connectRaw(g.addresses[0].port);
+  t.teardown(async () => {
+    client.destroy();
+    up.close(); // first: the tcp route's close waits for its calls to be answered or lost
+    await g.stop(0);
+  });
+  const replies = new Set<number>();
+  const decoder = new RecordDecoder((r) => replies.add(r.readUInt32BE(0)));
+  client.on('data', (d: Buffer) => decoder.push(d));
+  client.write(sourceCalls(9));
+  await waitFor(() => up.count(TEST_PROGRAM) === 9, 'nine SOURCE calls upstream');
+  client.write(Buffer.concat([framedCall(101, MOUNT_PROGRAM, 3, 0), framedCall(102, MOUNT_PROGRAM, 3, 0)]));
+  await waitFor(() => up.count(MOUNT_PROGRAM) >= 1, 'the first MOUNT call upstream');
+  await new Promise((r) => setTimeout(r, 300));
+  t.is(up.count(MOUNT_PROGRAM), 1, "the rdma route's calls count against the tcp route's room");
+
+  // Small replies to the SOURCE calls: no write of them ever blocks, so no `drain` comes; the room they
+  // release is what must let the client's reading go on.
+  for (const h of up.held.filter((x) => x.program === TEST_PROGRAM)) up.answer(h);
+  await waitFor(() => up.count(MOUNT_PROGRAM) === 2, 'the second MOUNT call read and sent', 3000);
+  for (const h of up.held.filter((x) => x.program === MOUNT_PROGRAM)) up.answer(h);
+  await waitFor(() => replies.size === 11, 'every reply');
+  t.is([...g.frontend.connections][0].replyReserved, 0, 'nothing left reserved');
 });
