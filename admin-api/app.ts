@@ -24,6 +24,7 @@ import Fastify, {
 } from 'fastify';
 import type { Logger } from 'pino';
 import { GatewayError } from '../common/errors.js';
+import { checkAdminAccess } from './access-rules.js';
 import { BearerAuth, isLoopbackHost } from './auth.js';
 import type { GatewayControl, ProcessControl, ResponderControl } from './control.js';
 import { AdminError, httpStatusOf } from './errors.js';
@@ -54,7 +55,10 @@ export interface AdminApiOptions {
   /** Where to listen; default 127.0.0.1:9249. Port 0 picks a free port. */
   host?: string;
   port?: number;
-  /** Bearer token for write routes (and read routes with `protectReads`); empty or undefined: none. */
+  /**
+   * Bearer token for write routes (and read routes with `protectReads`); empty or undefined: none.
+   * Surrounding whitespace is dropped; what remains must be an RFC 6750 token (`access-rules.ts`).
+   */
   token?: string;
   /** Serve write routes without a token. Refused unless `host` is a loopback address. */
   allowUnauthenticatedWrites?: boolean;
@@ -85,18 +89,19 @@ export async function createAdminApi(options: AdminApiOptions): Promise<AdminApi
   }
   const host = options.host ?? DEFAULT_ADMIN_HOST;
   const port = options.port ?? DEFAULT_ADMIN_PORT;
-  const token = options.token ?? '';
   const log = options.logger.child({ component: 'admin-api' });
-  if (options.allowUnauthenticatedWrites && !isLoopbackHost(host)) {
-    throw new AdminError(
-      'ERR_ADMIN_CONFIG',
-      `admin API: unauthenticated write endpoints are only allowed on a loopback address, not ${host}`,
-      { host },
-    );
+  // The same rules the configuration loader applies (access-rules.ts), so the two never disagree.
+  const verdict = checkAdminAccess({
+    host,
+    token: options.token ?? '',
+    protectReads: options.protectReads === true,
+    allowUnauthenticatedWrites: options.allowUnauthenticatedWrites === true,
+  });
+  if (!verdict.ok) {
+    const v = verdict.violation;
+    throw new AdminError('ERR_ADMIN_CONFIG', `admin API: ${v.message}`, { key: v.key, ...v.details });
   }
-  if (options.protectReads && token === '') {
-    throw new AdminError('ERR_ADMIN_CONFIG', 'admin API: protecting read endpoints needs admin.token', {});
-  }
+  const token = verdict.token;
   const auth = token === '' ? null : new BearerAuth(token);
   const writesOpen = auth === null && options.allowUnauthenticatedWrites === true;
   if (auth === null && !writesOpen) {

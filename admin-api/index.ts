@@ -2,6 +2,13 @@
  * The admin API (Fastify): transport properties, statistics, connections, health, Prometheus, OpenAPI.
  * It reaches the gateway only through `GatewayControl` (`control.ts`).
  */
+
+export {
+  type AdminAccessSettings,
+  type AdminAccessVerdict,
+  type AdminAccessViolation,
+  checkAdminAccess,
+} from './access-rules.js';
 export {
   type AdminApi,
   type AdminApiOptions,

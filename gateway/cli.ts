@@ -48,7 +48,8 @@ const COMMANDS: Record<string, CommandEntry> = {
     run: demo,
   },
   status: {
-    summary: "a running gateway's state from its admin API [--url http://HOST:PORT] [--format json]",
+    summary:
+      "a running gateway's or responder's state from its admin API [--url http://HOST:PORT] [--role gateway|responder] [--format json]",
     run: status,
   },
   'serve-test-program': {

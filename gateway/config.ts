@@ -10,7 +10,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
-import { isBearerToken, isLoopbackHost } from '../admin-api/auth.js';
+import { checkAdminAccess } from '../admin-api/access-rules.js';
 import { ConfigError, UsageError } from '../common/errors.js';
 import { parseCidr } from '../tcp-frontend/access.js';
 import { formatHostPort, type HostPort, parseHostPort } from '../tcp-frontend/address.js';
@@ -768,7 +768,11 @@ export function loadConfig(sources: ConfigSources = {}): LoadedConfig {
   if (sources.role === 'responder' && origins['admin.listen'] === 'default' && listen !== 'off') {
     values.set('admin.listen', { host: listen.host, port: DEFAULT_RESPONDER_ADMIN_PORT });
   }
-  checkAdmin(values, origins);
+  checkAdmin(values, (key) => {
+    const source = origins[key];
+    const where = source === 'file' ? (file ?? '') : source === 'environment' ? envName(key) : flagName(key);
+    return { source, where };
+  });
   const config: Record<string, unknown> = {};
   for (const [key, value] of values) setPath(config, key, value);
   return { config: config as unknown as GatewayConfig, origins, file };
@@ -776,41 +780,22 @@ export function loadConfig(sources: ConfigSources = {}): LoadedConfig {
 
 /**
  * The admin keys that only make sense together, checked before anything starts (a gateway must not come
- * up serving clients with an admin API that then refuses to start). The token loses surrounding
- * whitespace (a Kubernetes Secret made from a file ends with a newline) and must be an RFC 6750
- * `b64token`, or no client could ever send it.
+ * up serving clients with an admin API that then refuses to start) by the same rules the admin API
+ * applies when it starts (`checkAdminAccess`). The token is kept as those rules normalise it (trimmed).
  */
-function checkAdmin(values: Map<string, unknown>, origins: Record<string, Source>): void {
-  const listen = values.get('admin.listen');
-  const token = (values.get('admin.token') as string).trim();
-  values.set('admin.token', token);
-  const origin = (key: string): Origin => ({ source: origins[key], where: key });
-  if (token !== '' && !isBearerToken(token)) {
-    throw bad(
-      BY_KEY.get('admin.token')!,
-      origin('admin.token'),
-      token,
-      'a bearer token: letters, digits and -._~+/, then any =',
-    );
+function checkAdmin(values: Map<string, unknown>, originOf: (key: string) => Origin): void {
+  const listen = values.get('admin.listen') as HostPort | 'off';
+  const verdict = checkAdminAccess({
+    host: listen === 'off' ? undefined : listen.host,
+    token: values.get('admin.token') as string,
+    protectReads: values.get('admin.protectReads') === true,
+    allowUnauthenticatedWrites: values.get('admin.allowUnauthenticatedWrites') === true,
+  });
+  if (!verdict.ok) {
+    const v = verdict.violation;
+    throw bad(BY_KEY.get(v.key)!, originOf(v.key), v.value, v.expected);
   }
-  if (listen === 'off') return;
-  const host = (listen as HostPort).host;
-  if (values.get('admin.allowUnauthenticatedWrites') === true && !isLoopbackHost(host)) {
-    throw bad(
-      BY_KEY.get('admin.allowUnauthenticatedWrites')!,
-      origin('admin.allowUnauthenticatedWrites'),
-      true,
-      `false while admin.listen is not a loopback address (${host})`,
-    );
-  }
-  if (values.get('admin.protectReads') === true && token === '') {
-    throw bad(
-      BY_KEY.get('admin.protectReads')!,
-      origin('admin.protectReads'),
-      true,
-      'false while admin.token is empty',
-    );
-  }
+  values.set('admin.token', verdict.token);
 }
 
 /** The configuration as plain JSON-able data in file syntax (addresses as strings, secrets masked). */

@@ -1,10 +1,18 @@
 /**
- * `rpcrdma-gateway status`: asks a running gateway's admin API (undici) and prints a readable summary —
- * state, readiness and why not, the RDMA connections, the clients, the main counters.
+ * `rpcrdma-gateway status`: asks a running gateway's or responder's admin API (undici) and prints a readable
+ * summary — state, readiness and why not, the RDMA connections, the clients, the main counters.
  *
- * Where: `--url http://HOST:PORT`, else `admin.listen` of the configuration (a wildcard address becomes
- * loopback). The bearer token `admin.token` (RPCRDMA_GATEWAY_ADMIN_TOKEN) is sent when set, for gateways
- * that protect their read endpoints. `--format json` prints the raw documents instead.
+ * Where, the first that applies:
+ * 1. `--url http://HOST:PORT`, asked as given (never another address);
+ * 2. `admin.listen` when the local configuration sets it (file, `RPCRDMA_GATEWAY_ADMIN_LISTEN`,
+ *    `--admin-listen`), as the processes read it; a wildcard address becomes loopback;
+ * 3. `--role gateway|responder`: that role's default (127.0.0.1:9249, 127.0.0.1:9250);
+ * 4. nothing configured: the gateway's default, and when nothing listens there (connection refused) the
+ *    responder's — so that on a host running only a responder, `status` finds it.
+ * The text output says which address answered and why it was that one; `--format json` adds `adminApi`.
+ *
+ * The bearer token `admin.token` (RPCRDMA_GATEWAY_ADMIN_TOKEN) is sent when set, for processes that
+ * protect their read endpoints. `--format json` prints the raw documents instead.
  *
  * Exit status: 0 ready, 4 reachable but not ready, 1 unreachable or an error answer, 2 usage.
  */
@@ -12,7 +20,7 @@ import { request } from 'undici';
 import { ConfigError, GatewayError } from '../../common/errors.js';
 import { formatHostPort } from '../../tcp-frontend/address.js';
 import { integerFlag, takeFlag } from '../cli-args.js';
-import { loadConfig } from '../config.js';
+import { envName, flagName, type LoadedConfig, loadConfig } from '../config.js';
 import type { CommandContext } from './context.js';
 
 export const EXIT_NOT_READY = 4;
@@ -24,6 +32,64 @@ export function adminUrl(listen: { host: string; port: number }): string {
 }
 
 class StatusError extends GatewayError {}
+
+export type StatusRole = 'gateway' | 'responder';
+const ROLES: readonly StatusRole[] = ['gateway', 'responder'];
+
+/** One address `status` may ask, and why that one (said in the output). */
+export interface AdminTarget {
+  url: string;
+  /** `--url`, `admin.listen from RPCRDMA_GATEWAY_ADMIN_LISTEN`, `the responder's default`… */
+  from: string;
+}
+
+/** The admin API URL of each role when nothing is configured. */
+export type RoleDefaults = Record<StatusRole, string>;
+
+/** Where `admin.listen` was set, as the user wrote it. */
+function listenSource(loaded: LoadedConfig): string {
+  switch (loaded.origins['admin.listen']) {
+    case 'file':
+      return `admin.listen in ${loaded.file}`;
+    case 'environment':
+      return `admin.listen from ${envName('admin.listen')}`;
+    case 'flag':
+      return `--${flagName('admin.listen')}`;
+    default:
+      return 'admin.listen';
+  }
+}
+
+/**
+ * The addresses `status` asks, in order: the next one only when nothing listens at one (connection
+ * refused). `loaded(role)` is the local configuration as that role reads it; `defaults` the roles' own
+ * addresses (from the same configuration, unless a test gives others).
+ */
+export function adminTargets(o: {
+  url: string | undefined;
+  role: StatusRole | undefined;
+  loaded: (role: StatusRole) => LoadedConfig;
+  defaults?: Partial<RoleDefaults>;
+}): AdminTarget[] {
+  if (o.url !== undefined) return [{ url: o.url.replace(/\/+$/, ''), from: '--url' }];
+  const configured = o.loaded(o.role ?? 'gateway');
+  const listen = configured.config.admin.listen;
+  if (listen === 'off') {
+    throw new ConfigError(
+      'ERR_CONFIG_VALUE',
+      `admin.listen is off (${listenSource(configured)}): give the admin API address with --url`,
+      { key: 'admin.listen' },
+    );
+  }
+  if (configured.origins['admin.listen'] !== 'default') {
+    return [{ url: adminUrl(listen), from: listenSource(configured) }];
+  }
+  const roleDefault = (role: StatusRole): AdminTarget => {
+    const l = o.loaded(role).config.admin.listen as { host: string; port: number };
+    return { url: o.defaults?.[role] ?? adminUrl(l), from: `the ${role}'s default` };
+  };
+  return o.role !== undefined ? [roleDefault(o.role)] : ROLES.map(roleDefault);
+}
 
 async function get(
   base: string,
@@ -43,9 +109,7 @@ async function get(
     throw new StatusError(
       'ERR_STATUS_UNREACHABLE',
       `cannot reach the admin API at ${base}: ${code} ${(err as Error).message}`,
-      {
-        url: base,
-      },
+      { url: base, errno: code },
     );
   }
   const body = await res.body.json().catch(() => undefined);
@@ -88,9 +152,41 @@ function duration(seconds: number): string {
   return [d ? `${d}d` : '', h ? `${h}h` : '', m ? `${m}m` : '', `${s % 60}s`].filter(Boolean).join(' ');
 }
 
-export async function status(ctx: CommandContext): Promise<number> {
+/**
+ * Asks `targets` in order for `/v1/server-info`; a refused connection moves on to the next. Resolves
+ * with the one that answered and those that refused; when all refused, the error names every address.
+ */
+async function reach(
+  targets: readonly AdminTarget[],
+  token: string,
+  timeoutMs: number,
+): Promise<{ target: AdminTarget; info: { status: number; body: unknown }; refused: AdminTarget[] }> {
+  const refused: AdminTarget[] = [];
+  for (const target of targets) {
+    try {
+      return { target, info: await get(target.url, '/v1/server-info', token, timeoutMs), refused };
+    } catch (err) {
+      if (!(err instanceof StatusError) || err.details.errno !== 'ECONNREFUSED' || targets.length === 1) {
+        throw err;
+      }
+      refused.push(target);
+    }
+  }
+  const tried = refused.map((t) => `${t.url} (${t.from})`);
+  throw new StatusError(
+    'ERR_STATUS_UNREACHABLE',
+    `cannot reach the admin API: nothing listens at ${tried.join(' nor at ')}; start the process, or say where with --url, --role or admin.listen`,
+    { urls: refused.map((t) => t.url) },
+  );
+}
+
+export async function status(
+  ctx: CommandContext,
+  options: { defaults?: Partial<RoleDefaults> } = {},
+): Promise<number> {
   const { args, stdout } = ctx;
   const urlFlag = takeFlag(args, 'url');
+  const roleFlag = takeFlag(args, 'role');
   const format = takeFlag(args, 'format') ?? 'text';
   const timeoutMs = integerFlag('timeout', takeFlag(args, 'timeout'), 5000, 1, 600_000);
   if (format !== 'text' && format !== 'json') {
@@ -98,27 +194,24 @@ export async function status(ctx: CommandContext): Promise<number> {
       flag: 'format',
     });
   }
-  const { config } = loadConfig({ env: ctx.env, flags: args.flags });
-  if (!urlFlag && config.admin.listen === 'off') {
-    throw new ConfigError(
-      'ERR_CONFIG_VALUE',
-      'admin.listen is off: give the admin API address with --url',
-      {},
-    );
+  if (roleFlag !== undefined && !(ROLES as readonly string[]).includes(roleFlag)) {
+    throw new ConfigError('ERR_CONFIG_FLAG', `--role: expected gateway or responder, got "${roleFlag}"`, {
+      flag: 'role',
+    });
   }
-  const base = (urlFlag ?? adminUrl(config.admin.listen as { host: string; port: number })).replace(
-    /\/+$/,
-    '',
-  );
-  const token = config.admin.token;
-  const [info, ready] = await Promise.all([
-    get(base, '/v1/server-info', token, timeoutMs),
-    get(base, '/readyz', token, timeoutMs),
-  ]);
+  const role = roleFlag as StatusRole | undefined;
+  const loaded = (r: StatusRole) => loadConfig({ env: ctx.env, flags: args.flags, role: r });
+  const token = loaded(role ?? 'gateway').config.admin.token;
+  const targets = adminTargets({ url: urlFlag, role, loaded, defaults: options.defaults });
+  const reached = await reach(targets, token, timeoutMs);
+  const base = reached.target.url;
+  const info = reached.info;
+  const ready = await get(base, '/readyz', token, timeoutMs);
+  const adminApi = { url: base, from: reached.target.from, refused: reached.refused };
   const isReady = ready.status === 200;
   const i = info.body as ServerInfoBody;
   if (i.role === 'responder') {
-    return responderStatus(ctx, { base, token, timeoutMs, format, info, ready, isReady });
+    return responderStatus(ctx, { adminApi, token, timeoutMs, format, info, ready, isReady });
   }
   const [ups, clients, stats] = await Promise.all([
     get(base, '/v1/upstreams', token, timeoutMs),
@@ -127,7 +220,7 @@ export async function status(ctx: CommandContext): Promise<number> {
   ]);
   if (format === 'json') {
     stdout.write(
-      `${JSON.stringify({ serverInfo: info.body, readiness: ready.body, upstreams: ups.body, clients: clients.body, stats: stats.body }, null, 2)}\n`,
+      `${JSON.stringify({ serverInfo: info.body, readiness: ready.body, upstreams: ups.body, clients: clients.body, stats: stats.body, adminApi }, null, 2)}\n`,
     );
     return isReady ? 0 : EXIT_NOT_READY;
   }
@@ -141,7 +234,7 @@ export async function status(ctx: CommandContext): Promise<number> {
     rpc: { callsTotal: number; repliesTotal: number; inFlight: number };
   };
   const lines = [
-    ...heading(base, i, r),
+    ...heading(adminApi, i, r),
     `  RDMA connections (${u.filter((x) => x.state === 'ready').length}/${u.length} ready):`,
     ...u.map(
       (x) =>
@@ -165,9 +258,23 @@ interface ServerInfoBody {
   peer: string;
 }
 
-function heading(base: string, i: ServerInfoBody, r: { ready: boolean; reason: string | null }): string[] {
+/** The address that answered, why that one, and those that refused before it. */
+interface ReachedAdminApi {
+  url: string;
+  from: string;
+  refused: AdminTarget[];
+}
+
+function heading(
+  at: ReachedAdminApi,
+  i: ServerInfoBody,
+  r: { ready: boolean; reason: string | null },
+): string[] {
+  // An address given with --url is the user's own; any other is said where it came from.
+  const refused = at.refused.map((t) => `; nothing listens at ${t.from}, ${t.url}`).join('');
   return [
-    `rpcrdma-gateway ${i.version} (${i.role}) at ${base} — ${i.state}, up ${duration(i.uptimeSeconds)}, Node ${i.node}, provider ${i.provider}`,
+    `rpcrdma-gateway ${i.version} (${i.role}) at ${at.url} — ${i.state}, up ${duration(i.uptimeSeconds)}, Node ${i.node}, provider ${i.provider}`,
+    ...(at.from === '--url' ? [] : [`  admin API: ${at.from}${refused}`]),
     `  ready:     ${r.ready ? 'yes' : `NO — ${r.reason}`}`,
     `  listening: ${i.listening.join(', ') || '(not bound)'}   ${i.role === 'responder' ? 'upstream' : 'peer'}: ${i.peer}`,
   ];
@@ -177,7 +284,7 @@ function heading(base: string, i: ServerInfoBody, r: { ready: boolean; reason: s
 async function responderStatus(
   ctx: CommandContext,
   o: {
-    base: string;
+    adminApi: ReachedAdminApi;
     token: string;
     timeoutMs: number;
     format: string;
@@ -186,14 +293,15 @@ async function responderStatus(
     isReady: boolean;
   },
 ): Promise<number> {
+  const base = o.adminApi.url;
   const [conns, stats] = await Promise.all([
-    get(o.base, '/v1/connections', o.token, o.timeoutMs),
-    get(o.base, '/v1/stats', o.token, o.timeoutMs),
+    get(base, '/v1/connections', o.token, o.timeoutMs),
+    get(base, '/v1/stats', o.token, o.timeoutMs),
   ]);
   const exit = o.isReady ? 0 : EXIT_NOT_READY;
   if (o.format === 'json') {
     ctx.stdout.write(
-      `${JSON.stringify({ serverInfo: o.info.body, readiness: o.ready.body, connections: conns.body, stats: stats.body }, null, 2)}\n`,
+      `${JSON.stringify({ serverInfo: o.info.body, readiness: o.ready.body, connections: conns.body, stats: stats.body, adminApi: o.adminApi }, null, 2)}\n`,
     );
     return exit;
   }
@@ -201,7 +309,7 @@ async function responderStatus(
   const s = (stats.body as { responder: Record<string, number> }).responder;
   const lines = [
     ...heading(
-      o.base,
+      o.adminApi,
       o.info.body as ServerInfoBody,
       o.ready.body as { ready: boolean; reason: string | null },
     ),

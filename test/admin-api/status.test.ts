@@ -1,13 +1,33 @@
-/** `rpcrdma-gateway status` against a running admin API (fake gateway behind it), through the CLI's `main`. */
+/**
+ * `rpcrdma-gateway status` against a running admin API (a fake gateway, or a real responder, behind it),
+ * through the CLI's `main`; and where it looks when `--url` is not given: the configured `admin.listen`,
+ * else the gateway's default and, when nothing listens there, the responder's.
+ */
 
 import { Writable } from 'node:stream';
 import test from 'ava';
 import { createAdminApi } from '../../admin-api/index.js';
 import { main } from '../../gateway/cli.js';
-import { adminUrl } from '../../gateway/commands/status.js';
+import { parseArgs } from '../../gateway/cli-args.js';
+import { adminUrl, type RoleDefaults, status } from '../../gateway/commands/status.js';
+import { loadConfig } from '../../gateway/config.js';
+import { defaultRegistry } from '../../gateway/gateway.js';
+import { Responder } from '../../gateway/responder.js';
+import { startResponderAdmin } from '../../gateway/responder-control.js';
+import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
+import type { HostPort } from '../../tcp-frontend/address.js';
 import { captureLogger } from '../gateway/helpers.js';
-import { freePort } from '../helpers/ports.js';
+import { freePort, isListening } from '../helpers/ports.js';
+import { testConfig } from '../integration/helpers.js';
 import { FakeControl } from './fake-control.js';
+
+// The well-known ports themselves, through `main` as a user runs it — when nothing else on this machine
+// holds them (another test run, a developer's gateway); otherwise these two are reported as skipped.
+const GATEWAY_DEFAULT = loadConfig({ env: {}, role: 'gateway' }).config.admin.listen as HostPort;
+const RESPONDER_DEFAULT = loadConfig({ env: {}, role: 'responder' }).config.admin.listen as HostPort;
+const defaultsFree =
+  !(await isListening(GATEWAY_DEFAULT.port, GATEWAY_DEFAULT.host)) &&
+  !(await isListening(RESPONDER_DEFAULT.port, RESPONDER_DEFAULT.host));
 
 function sink() {
   let text = '';
@@ -100,3 +120,188 @@ test('the default URL comes from admin.listen, wildcards becoming loopback', (t)
   t.is(adminUrl({ host: '0.0.0.0', port: 1 }), 'http://127.0.0.1:1');
   t.is(adminUrl({ host: '::', port: 2 }), 'http://[::1]:2');
 });
+
+// ----------------------------------------------------------------------------------------------------
+// Where `status` looks without --url.
+
+/** A real responder (soft provider, nothing connected) with its admin API on `listen`. */
+async function withResponder(listen: HostPort, fn: (url: string) => Promise<void>): Promise<void> {
+  const { logger } = captureLogger();
+  const device = await createSoftProvider().openDevice();
+  const upstream = { host: '127.0.0.1', port: await freePort() };
+  const responder = new Responder({
+    device,
+    host: '127.0.0.1',
+    port: 0,
+    upstream,
+    registry: defaultRegistry(),
+    logger,
+  });
+  await responder.listen();
+  try {
+    const config = testConfig();
+    const admin = await startResponderAdmin(responder, listen, {
+      config,
+      logger,
+      upstream: `127.0.0.1:${upstream.port}`,
+      provider: 'soft',
+    });
+    if (!admin) throw new Error('no admin API');
+    try {
+      await fn(admin.url);
+    } finally {
+      await admin.api.close();
+    }
+  } finally {
+    await responder.close(1000);
+  }
+}
+
+/**
+ * `status` itself (not through `main`, which maps its errors to exit codes), with the roles' default
+ * addresses replaced by free ports, so that the rule is exercised without the well-known ports 9249/9250
+ * (the last tests below use those when they are free).
+ */
+async function statusWith(argv: string[], defaults: RoleDefaults, env: Record<string, string> = {}) {
+  const out = sink();
+  const err = sink();
+  const ctx = { args: parseArgs(['status', ...argv]), env, stdout: out.stream, stderr: err.stream };
+  const code = await status(ctx, { defaults });
+  return { code, stdout: out.text(), stderr: err.text() };
+}
+
+async function refusingUrl(): Promise<string> {
+  return `http://127.0.0.1:${await freePort()}`;
+}
+
+test('nothing configured, only a responder running: status falls back to the responder default and says so', async (t) => {
+  const gateway = await refusingUrl();
+  await withResponder({ host: '127.0.0.1', port: 0 }, async (responder) => {
+    const r = await statusWith([], { gateway, responder });
+    t.is(r.code, 0, r.stderr);
+    t.regex(
+      r.stdout,
+      new RegExp(`^rpcrdma-gateway \\S+ \\(responder\\) at ${responder.replace(/\./g, '\\.')} — running`),
+    );
+    t.true(
+      r.stdout.includes(
+        `  admin API: the responder's default; nothing listens at the gateway's default, ${gateway}\n`,
+      ),
+      r.stdout,
+    );
+    t.regex(r.stdout, /RDMA connections accepted \(0 open\)/);
+    const j = await statusWith(['--format', 'json'], { gateway, responder });
+    t.is(j.code, 0);
+    t.deepEqual(JSON.parse(j.stdout).adminApi, {
+      url: responder,
+      from: "the responder's default",
+      refused: [{ url: gateway, from: "the gateway's default" }],
+    });
+  });
+});
+
+test('nothing configured and nothing running: one error naming both addresses tried', async (t) => {
+  const gateway = await refusingUrl();
+  const responder = await refusingUrl();
+  const err = await t.throwsAsync(statusWith([], { gateway, responder }), { code: 'ERR_STATUS_UNREACHABLE' });
+  t.true(
+    err?.message.includes(
+      `nothing listens at ${gateway} (the gateway's default) nor at ${responder} (the responder's default)`,
+    ),
+    err?.message,
+  );
+  t.deepEqual((err as unknown as { details: unknown }).details, { urls: [gateway, responder] });
+});
+
+test('a gateway at its default is asked first; --role picks one role and never falls back', async (t) => {
+  await withApi({}, async (gateway) => {
+    await withResponder({ host: '127.0.0.1', port: 0 }, async (responder) => {
+      const both = { gateway, responder };
+      const first = await statusWith([], both);
+      t.is(first.code, 0, first.stderr);
+      t.regex(first.stdout, /\(gateway\) at /);
+      t.true(first.stdout.includes("  admin API: the gateway's default\n"), first.stdout);
+      const asResponder = await statusWith(['--role', 'responder'], both);
+      t.is(asResponder.code, 0, asResponder.stderr);
+      t.regex(asResponder.stdout, /\(responder\) at /);
+      t.true(asResponder.stdout.includes("  admin API: the responder's default\n"), asResponder.stdout);
+      // The gateway asked for is not running: no fallback to the responder that is.
+      const down = await refusingUrl();
+      const err = await t.throwsAsync(statusWith(['--role', 'gateway'], { gateway: down, responder }), {
+        code: 'ERR_STATUS_UNREACHABLE',
+      });
+      t.true(err?.message.startsWith(`cannot reach the admin API at ${down}: ECONNREFUSED`), err?.message);
+      t.false(err?.message.includes(responder), err?.message);
+    });
+  });
+  const bad = await runStatus(['--role', 'router']);
+  t.is(bad.code, 2);
+  t.regex(bad.stderr, /--role: expected gateway or responder, got "router"/);
+});
+
+test('an address given with --url or configured in admin.listen is never second-guessed', async (t) => {
+  const gateway = await refusingUrl();
+  await withResponder({ host: '127.0.0.1', port: 0 }, async (responder) => {
+    const refused = await refusingUrl();
+    const viaUrl = await t.throwsAsync(statusWith(['--url', refused], { gateway, responder }), {
+      code: 'ERR_STATUS_UNREACHABLE',
+    });
+    t.true(
+      viaUrl?.message.startsWith(`cannot reach the admin API at ${refused}: ECONNREFUSED`),
+      viaUrl?.message,
+    );
+    t.false(viaUrl?.message.includes(responder), viaUrl?.message);
+    const env = { RPCRDMA_GATEWAY_ADMIN_LISTEN: refused.slice('http://'.length) };
+    const viaEnv = await t.throwsAsync(statusWith([], { gateway, responder }, env), {
+      code: 'ERR_STATUS_UNREACHABLE',
+    });
+    t.true(
+      viaEnv?.message.startsWith(`cannot reach the admin API at ${refused}: ECONNREFUSED`),
+      viaEnv?.message,
+    );
+    t.false(viaEnv?.message.includes(responder), viaEnv?.message);
+    // Configured where the responder is: found there, saying where the address came from.
+    const found = await statusWith(
+      [],
+      { gateway, responder },
+      { RPCRDMA_GATEWAY_ADMIN_LISTEN: responder.slice(7) },
+    );
+    t.is(found.code, 0, found.stderr);
+    t.true(
+      found.stdout.includes('  admin API: admin.listen from RPCRDMA_GATEWAY_ADMIN_LISTEN\n'),
+      found.stdout,
+    );
+    const flag = await statusWith(['--admin-listen', responder.slice(7)], { gateway, responder });
+    t.true(flag.stdout.includes('  admin API: --admin-listen\n'), flag.stdout);
+  });
+  // Through main, a refused --url is exit 1 (as documented), not a fallback.
+  const r = await runStatus(['--url', await refusingUrl()]);
+  t.is(r.code, 1);
+  t.notRegex(r.stderr, /nothing listens at/);
+});
+
+const onDefaultPorts = defaultsFree ? test.serial : test.serial.skip;
+
+onDefaultPorts(
+  'on the default ports: a lone responder is found; with nothing running, both addresses are named (exit 1)',
+  async (t) => {
+    await withResponder(RESPONDER_DEFAULT, async (url) => {
+      t.is(url, 'http://127.0.0.1:9250');
+      const r = await runStatus([]);
+      t.is(r.code, 0, r.stderr);
+      t.regex(r.stdout, /^rpcrdma-gateway \S+ \(responder\) at http:\/\/127\.0\.0\.1:9250 — running/);
+      t.true(
+        r.stdout.includes(
+          "  admin API: the responder's default; nothing listens at the gateway's default, http://127.0.0.1:9249\n",
+        ),
+        r.stdout,
+      );
+    });
+    const none = await runStatus([]);
+    t.is(none.code, 1);
+    t.is(
+      none.stderr,
+      "rpcrdma-gateway: cannot reach the admin API: nothing listens at http://127.0.0.1:9249 (the gateway's default) nor at http://127.0.0.1:9250 (the responder's default); start the process, or say where with --url, --role or admin.listen\n",
+    );
+  },
+);
