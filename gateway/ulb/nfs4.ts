@@ -23,7 +23,7 @@ import {
   MIN_REPLY_HEADER,
   maxReplyHeaderSize,
   successResultsOffset,
-  type UlbCallPlan,
+  UlbCallPlan,
   type UlbOptions,
   UlbOutcome,
   type UpperLayerBinding,
@@ -560,6 +560,74 @@ function eligibleData(r: XdrReader, c: { eligible: number; absent: number; targe
 }
 
 const counter = { eligible: 0, absent: 0, target: 0 };
+
+/**
+ * For `findOpArgs` / `findResult` (the session classifier, gateway/ulb/sessions.ts): their own reader, a
+ * plan nobody else sees (the argument walk records items as it goes; here only positions matter), and a
+ * result counter under which no result is a target and every result's data is present (a whole reply).
+ * `findOpArgs` also overwrites `walk`: harmless, `planCall` resets it before every call it plans.
+ */
+const seeker = new XdrReader();
+const scratchPlan = new UlbCallPlan();
+const wholeReply = { eligible: 0, absent: 0, target: -1 };
+
+/**
+ * Where the arguments of the first operation `wanted` lie in a COMPOUND's argarray: `at` is the opcode of
+ * an operation, `count` how many operations are left from there (COMPOUND4args, RFC 8881 §16.2.1).
+ * Returns the offset just after that operation's opcode, or -1 when it is not there or an operation
+ * before it cannot be stepped over (one the argument walk does not know, or arguments that do not
+ * decode): the caller cannot tell those apart, and must treat both as "not found". Never throws.
+ */
+export function findOpArgs(msg: Buffer, at: number, end: number, count: number, wanted: number): number {
+  try {
+    const r = seeker.reset(msg, at, end);
+    scratchPlan.fallBack();
+    const n = Math.min(count, MAX_OPS);
+    for (let i = 0; i < n; i++) {
+      const op = r.u32('argop');
+      if (op === wanted) return r.pos;
+      if (!walkOp(op, r, scratchPlan, DEFAULT_ULB_OPTIONS)) return -1;
+    }
+    return -1;
+  } catch {
+    return -1;
+  }
+}
+
+/** `findResult`: an operation before the one wanted failed, or the results ended before it: it never ran. */
+export const RESULT_NOT_RUN = -1;
+/** `findResult`: a result before the one wanted cannot be stepped over (an operation `skipResult` does not know). */
+export const RESULT_HIDDEN = -2;
+
+/**
+ * Where the result of the first operation `wanted` lies in a COMPOUND4res (`at` is its tag, just after
+ * the COMPOUND status; RFC 8881 §16.2.2): the offset of that result's status word (checked to be inside
+ * `end`). The reply holds one result per operation evaluated, in order, each led by its resop and its
+ * status, and stops at the first that failed (§16.2.3); so the results before it are stepped over, and:
+ * - a result before it that failed (status ≠ NFS4_OK) means `wanted` never ran: RESULT_NOT_RUN, as when
+ *   the results end before it or do not decode;
+ * - a successful result `skipResult` cannot step over (OPEN, LOCK, LAYOUTGET... any operation whose result
+ *   it does not know) hides everything after it: RESULT_HIDDEN.
+ * Never throws.
+ */
+export function findResult(reply: Buffer, at: number, end: number, wanted: number): number {
+  try {
+    const r = seeker.reset(reply, at, end);
+    skipOpaque(r, 0xffffffff, 'tag');
+    const n = r.arrayLength(MAX_OPS, 8, 'resarray');
+    wholeReply.eligible = 0;
+    for (let i = 0; i < n; i++) {
+      const op = r.u32('resop');
+      if (r.remaining < 4) return RESULT_NOT_RUN;
+      if (op === wanted) return r.pos;
+      if (reply.readUInt32BE(r.pos) !== 0) return RESULT_NOT_RUN;
+      if (skipResult(op, r, DEFAULT_ULB_OPTIONS, wholeReply) === -1) return RESULT_HIDDEN;
+    }
+    return RESULT_NOT_RUN;
+  } catch {
+    return RESULT_NOT_RUN;
+  }
+}
 
 export function createNfs4Ulb(options: Partial<UlbOptions> = {}): UpperLayerBinding {
   const opts: UlbOptions = { ...DEFAULT_ULB_OPTIONS, ...options };

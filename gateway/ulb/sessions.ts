@@ -4,14 +4,15 @@
  * ones that name it, the session a CREATE_SESSION / BIND_CONN_TO_SESSION reply grants, and the session a
  * CB_COMPOUND's CB_SEQUENCE names.
  *
- * Only fixed-position fields are read: the tag, then the first operation (and for SEQUENCE, whose
- * arguments have a fixed size, the second). Nothing here allocates or throws; anything that does not
- * parse is "not a session operation" and the call is routed like any other (correct, just without
- * affinity).
+ * Mostly fixed-position fields are read: the tag, then the first operation. The one exception is
+ * DESTROY_SESSION, which may come anywhere after a SEQUENCE (RFC 8881 §18.37.3): finding it, and its
+ * result in the reply, steps over the operations before it with the NFSv4 walker (nfs4.ts). Nothing here
+ * allocates or throws; anything that does not parse is "not a session operation" (or, after SEQUENCE,
+ * just that SEQUENCE) and the call is routed like any other (correct, just without affinity).
  */
 import type { RpcCallHeader } from '../../rpc/message.js';
 import { gssPlainBody, NFS_PROGRAM } from './nfs3.js';
-import { Nfs4Op } from './nfs4.js';
+import { findOpArgs, findResult, Nfs4Op, RESULT_HIDDEN } from './nfs4.js';
 import { successResultsOffset } from './types.js';
 
 /** `sessionid4` is `opaque[NFS4_SESSIONID_SIZE]`, NFS4_SESSIONID_SIZE = 16 (RFC 8881 §3.1). */
@@ -26,7 +27,10 @@ export const SessionOp = {
   CREATE: 2,
   /** BIND_CONN_TO_SESSION: binds the connection it travels on (the reply says which directions). */
   BIND: 3,
-  /** DESTROY_SESSION (alone or after SEQUENCE): the session named is gone once the reply says NFS4_OK. */
+  /**
+   * DESTROY_SESSION, alone or anywhere after SEQUENCE (RFC 8881 §18.37.3): the session it names is gone
+   * once the reply says that operation succeeded.
+   */
   DESTROY: 4,
 } as const;
 export type SessionOp = (typeof SessionOp)[keyof typeof SessionOp];
@@ -75,10 +79,18 @@ export function sessionOpOfCall(call: RpcCallHeader, msg: Buffer, out: Buffer): 
   switch (op) {
     case Nfs4Op.SEQUENCE: {
       if (p + SEQUENCE_ARGS_SIZE > end) return SessionOp.NONE;
-      // DESTROY_SESSION after SEQUENCE names the session it destroys (RFC 8881 §18.37.3).
-      const next = p + SEQUENCE_ARGS_SIZE;
-      if (numOps >= 2 && next + 4 + SESSIONID_SIZE <= end && u32(msg, next) === Nfs4Op.DESTROY_SESSION) {
-        msg.copy(out, 0, next + 4, next + 4 + SESSIONID_SIZE);
+      // RFC 8881 §18.37.3: after SEQUENCE, DESTROY_SESSION must be the last operation when it names
+      // SEQUENCE's own session, and may stand anywhere when it names another. Either way the call is
+      // DESTROY of the session DESTROY_SESSION names (the first one, if several: the record holds one id,
+      // and a session left known is harmless, see sessionOfReply). That id is also the call's affinity,
+      // which is what the server requires: "DESTROY_SESSION MUST be invoked on a connection that is
+      // associated with the session being destroyed" (ibid.). Whether it is last is the server's to
+      // check (NFS4ERR_NOT_ONLY_OP), and the reply says whether it succeeded. An operation before it that
+      // the NFSv4 walker cannot step over hides it: the call is then the SEQUENCE it starts with.
+      const d =
+        numOps >= 2 ? findOpArgs(msg, p + SEQUENCE_ARGS_SIZE, end, numOps - 1, Nfs4Op.DESTROY_SESSION) : -1;
+      if (d >= 0 && d + SESSIONID_SIZE <= end) {
+        msg.copy(out, 0, d, d + SESSIONID_SIZE);
         return SessionOp.DESTROY;
       }
       msg.copy(out, 0, p, p + SESSIONID_SIZE);
@@ -87,6 +99,8 @@ export function sessionOpOfCall(call: RpcCallHeader, msg: Buffer, out: Buffer): 
     case OP_CREATE_SESSION:
       return SessionOp.CREATE;
     case OP_BIND_CONN_TO_SESSION:
+    // Without SEQUENCE first, DESTROY_SESSION must be the only operation (RFC 8881 §18.37.3); if it is
+    // not, the server fails it with NFS4ERR_NOT_ONLY_OP and the reply says so.
     case Nfs4Op.DESTROY_SESSION:
       if (p + SESSIONID_SIZE > end) return SessionOp.NONE;
       msg.copy(out, 0, p, p + SESSIONID_SIZE);
@@ -99,8 +113,8 @@ export function sessionOpOfCall(call: RpcCallHeader, msg: Buffer, out: Buffer): 
 /**
  * The outcome of a session operation's reply. For CREATE / BIND: the session id granted is copied to
  * `out` and the result says whether the connection now carries the backchannel. For SEQUENCE: the
- * session the server accepted the call in (fore channel only). For DESTROY: whether the COMPOUND
- * succeeded.
+ * session the server accepted the call in (fore channel only). For DESTROY: whether the DESTROY_SESSION
+ * operation succeeded (FORE) or not (FAILED); `out` is left alone (it holds the id the call named).
  */
 export const SessionReply = {
   /** Not a successful reply of the expected shape: change nothing. */
@@ -118,8 +132,8 @@ export function sessionOfReply(reply: Buffer, op: SessionOp, out: Buffer): Sessi
   const end = reply.length;
   let p = successResultsOffset(reply, 0, end);
   if (p < 0 || p + 4 > end) return SessionReply.FAILED;
+  if (op === SessionOp.DESTROY) return destroyed(reply, p, end);
   if (u32(reply, p) !== 0) return SessionReply.FAILED; // COMPOUND4res.status ≠ NFS4_OK
-  if (op === SessionOp.DESTROY) return SessionReply.FORE;
   p = afterTag(reply, p + 4, end);
   if (p < 0 || p + 12 + SESSIONID_SIZE + 8 > end) return SessionReply.FAILED;
   const wantOp =
@@ -144,6 +158,23 @@ export function sessionOfReply(reply: Buffer, op: SessionOp, out: Buffer): Sessi
   }
   // bctsr_dir, bctsr_use_conn_in_rdma_mode
   return (u32(reply, p) & CDFS4_BACK) !== 0 ? SessionReply.BACK : SessionReply.FORE;
+}
+
+/**
+ * Whether the DESTROY_SESSION of a COMPOUND succeeded (`p`: COMPOUND4res.status). The COMPOUND's status is
+ * that of the last operation evaluated (RFC 8881 §16.2.3), so it does not answer the question when
+ * operations follow DESTROY_SESSION (another session's, §18.37.3): one of them may have failed after it
+ * succeeded. Its own result does, found by stepping over the ones before it (`findResult`). When one of
+ * those cannot be stepped over (an operation whose result the walker does not know), the result is
+ * hidden: only an NFS4_OK COMPOUND still says that every operation, DESTROY_SESSION included, succeeded;
+ * otherwise the session is kept. That is the safe side: a session kept after all is only an entry that
+ * lingers until its client leaves (no call names it again, and a CREATE_SESSION reply granting the same
+ * id takes it over), while a session forgotten but still alive loses its callbacks and its affinity.
+ */
+function destroyed(reply: Buffer, p: number, end: number): SessionReply {
+  const at = findResult(reply, p + 4, end, Nfs4Op.DESTROY_SESSION);
+  if (at >= 0) return u32(reply, at) === 0 ? SessionReply.FORE : SessionReply.FAILED;
+  return at === RESULT_HIDDEN && u32(reply, p) === 0 ? SessionReply.FORE : SessionReply.FAILED;
 }
 
 /**

@@ -1,7 +1,8 @@
 /**
  * NFSv4.1 messages written by hand, word by word, from the XDR of RFC 8881 (§16.2 COMPOUND, §18.36
- * CREATE_SESSION, §18.34 BIND_CONN_TO_SESSION, §18.37 DESTROY_SESSION, §18.46 SEQUENCE, §20.2 CB_RECALL,
- * §20.9 CB_SEQUENCE, §16.2.1 CB_COMPOUND) and RFC 5531 (RPC headers, AUTH_NONE). Deliberately NOT built
+ * CREATE_SESSION, §18.34 BIND_CONN_TO_SESSION, §18.37 DESTROY_SESSION, §18.46 SEQUENCE, §18.19 PUTFH,
+ * §18.7 GETATTR, §18.13 LOOKUP, §18.16 OPEN, §18.11 LOCKT, §20.2 CB_RECALL, §20.9 CB_SEQUENCE, §16.2.1
+ * CB_COMPOUND) and RFC 5531 (RPC headers, AUTH_NONE). Deliberately NOT built
  * with the gateway's own encoders (rpc/message.ts, rpc/xdr.ts), so that a shared misunderstanding cannot
  * make a test pass. Labelled "hand-made" wherever a test uses them; no real NFSv4.1 capture was made
  * (see test/fixtures/nfs41/README.md).
@@ -68,6 +69,15 @@ export const op = {
     xdr(43, clientId, 1, 0x3, channelAttrs(64), channelAttrs(16), cbProgram, 1, 0),
   bindConnToSession: (sessionId: Buffer, dir = 3 /* CDFC4_FORE_OR_BOTH */) => xdr(41, sessionId, dir, 0),
   destroySession: (sessionId: Buffer) => xdr(44, sessionId),
+  putfh: (fh: Buffer) => xdr(22, opaque(fh)),
+  /** GETATTR of `type` (attribute 1): bitmap4 of one word. */
+  getattrType: () => xdr(9, 1, 1 << 1),
+  lookup: (name: string) => xdr(15, opaque(name)),
+  /** OPEN for reading, no create (OPEN4_NOCREATE), CLAIM_NULL by name. */
+  open: (clientId: bigint, name: string) =>
+    xdr(18, 0, 1 /* OPEN4_SHARE_ACCESS_READ */, 0, clientId, opaque('owner-1'), 0, 0, opaque(name)),
+  /** LOCKT (READ_LT, whole file): an operation the gateway's NFSv4 walker does not know. */
+  lockt: (clientId: bigint) => xdr(13, 1, 0n, 0xffffffffffffffffn, clientId, opaque('lock-owner')),
 };
 
 export const res = {
@@ -78,7 +88,26 @@ export const res = {
   createSessionError: (status: number) => xdr(43, status),
   bindConnToSession: (sessionId: Buffer, dir: number) => xdr(41, 0, sessionId, dir, 0),
   destroySession: () => xdr(44, 0),
+  /** Any failed operation: its resop and status only (nfs_resop4, RFC 8881 §16.2.2). */
+  error: (opcode: number, status: number) => xdr(opcode, status),
+  putfh: () => xdr(22, 0),
+  /** GETATTR4resok: fattr4 of `type` = NF4DIR (2). */
+  getattrType: () => xdr(9, 0, 1, 1 << 1, 4, 2),
+  lookup: () => xdr(15, 0),
+  /** OPEN4resok: stateid, change_info4, rflags, attrset (empty), OPEN_DELEGATE_NONE. */
+  open: () => xdr(18, 0, 1, Buffer.alloc(12, 0x0e), 1, 5n, 6n, 0, 0, 0),
+  lockt: () => xdr(13, 0),
 };
+
+/** nfsstat4 values the tests use (RFC 8881 §15.1). */
+export const NFS4ERR = {
+  NOENT: 2,
+  WRONGSEC: 10016,
+  BADSESSION: 10052,
+  CONN_NOT_BOUND_TO_SESSION: 10055,
+  NOT_ONLY_OP: 10081,
+  OP_ILLEGAL: 10044,
+} as const;
 
 /** CB_COMPOUND call (procedure 1 of the callback program, version 1). */
 export function cbCompound(xid: number, minor: number, ops: Buffer[], ident = 0, prog = CB_PROGRAM): Buffer {

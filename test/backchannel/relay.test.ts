@@ -20,6 +20,7 @@ import {
   cbRes,
   compoundCall,
   compoundReply,
+  NFS4ERR,
   op,
   res,
   rpcReply,
@@ -37,6 +38,8 @@ class ScriptedServer {
   private nextSession = 1;
   /** Session id (hex) → the upstream socket index it was created on. */
   readonly createdOn = new Map<string, number>();
+  /** Session id (hex) → upstream socket indexes associated with it (created on, or SEQUENCE seen on). */
+  readonly boundTo = new Map<string, Set<number>>();
   /** Session id (hex) → upstream socket indexes its SEQUENCE calls arrived on. */
   readonly sequenceOn = new Map<string, number[]>();
   /** Replies to our callbacks: socket index → XIDs. */
@@ -68,25 +71,68 @@ class ScriptedServer {
       const n = this.nextSession++;
       const sid = sessionId(n);
       this.createdOn.set(sid.toString('hex'), index);
+      this.boundTo.set(sid.toString('hex'), new Set([index]));
       reply = compoundReply(xid, 0, [res.createSession(sid, this.backChannelFor(n) ? 0x2 : 0)]);
-    } else if (first === 53) {
-      const sid = r.subarray(FIRST_OP + 4, FIRST_OP + 20);
-      const key = sid.toString('hex');
-      const list = this.sequenceOn.get(key) ?? [];
-      list.push(index);
-      this.sequenceOn.set(key, list);
-      const numOps = r.readUInt32BE(FIRST_OP - 4);
-      const second = numOps > 1 ? r.readUInt32BE(FIRST_OP + 36) : 0;
-      if (second === 44) {
-        this.destroyed.push(key);
-        reply = compoundReply(xid, 0, [res.sequence(sid), res.destroySession()]);
-      } else {
-        reply = compoundReply(xid, 0, [res.sequence(sid), res.putrootfh()]);
-      }
+    } else if (first === 53 || first === 44) {
+      reply = this.evaluate(index, xid, r);
     } else {
-      reply = compoundReply(xid, 10044 /* NFS4ERR_OP_ILLEGAL */, []);
+      reply = compoundReply(xid, NFS4ERR.OP_ILLEGAL, []);
     }
     s.write(Buffer.concat(frameRecord(reply)));
+  }
+
+  /**
+   * Evaluates a COMPOUND of SEQUENCE, PUTROOTFH, LOOKUP (always NFS4ERR_NOENT) and DESTROY_SESSION
+   * operations in order, stopping at the first that fails (RFC 8881 §16.2.3). DESTROY_SESSION follows
+   * §18.37.3: NFS4ERR_NOT_ONLY_OP when it is not alone without SEQUENCE, or not last after SEQUENCE of
+   * its own session; NFS4ERR_BADSESSION for a session not (or no longer) there; and
+   * NFS4ERR_CONN_NOT_BOUND_TO_SESSION on a connection not associated with it (the one it was created
+   * on, or one SEQUENCE bound it to: SP4_NONE, §2.10.3.1).
+   */
+  private evaluate(index: number, xid: number, r: Buffer): Buffer {
+    const numOps = r.readUInt32BE(FIRST_OP - 4);
+    const results: Buffer[] = [];
+    let status = 0;
+    let inSession = '';
+    let p = FIRST_OP;
+    for (let i = 0; i < numOps && status === 0; i++) {
+      const opcode = r.readUInt32BE(p);
+      p += 4;
+      if (opcode === 53) {
+        const sid = r.subarray(p, p + 16);
+        const key = sid.toString('hex');
+        p += 32;
+        if (i === 0) {
+          inSession = key;
+          const list = this.sequenceOn.get(key) ?? [];
+          list.push(index);
+          this.sequenceOn.set(key, list);
+        }
+        this.boundTo.get(key)?.add(index);
+        results.push(res.sequence(sid));
+      } else if (opcode === 24) {
+        results.push(res.putrootfh());
+      } else if (opcode === 15) {
+        p += 4 + ((r.readUInt32BE(p) + 3) & ~3);
+        status = NFS4ERR.NOENT;
+      } else if (opcode === 44) {
+        const key = r.subarray(p, p + 16).toString('hex');
+        p += 16;
+        const bound = this.boundTo.get(key);
+        if ((inSession === '' && numOps > 1) || (inSession === key && i !== numOps - 1)) {
+          status = NFS4ERR.NOT_ONLY_OP;
+        } else if (bound === undefined || this.destroyed.includes(key)) status = NFS4ERR.BADSESSION;
+        else if (!bound.has(index)) status = NFS4ERR.CONN_NOT_BOUND_TO_SESSION;
+        else {
+          this.destroyed.push(key);
+          results.push(res.destroySession());
+        }
+      } else {
+        status = NFS4ERR.OP_ILLEGAL;
+      }
+      if (status !== 0) results.push(res.error(status === NFS4ERR.OP_ILLEGAL ? 10044 : opcode, status));
+    }
+    return compoundReply(xid, status, results);
   }
 
   send(socket: number, call: Buffer): void {
@@ -272,6 +318,62 @@ test.serial(
       await waitFor(() => g.router.snapshot().backchannelOrphans === 1, 'the orphan counted');
     } finally {
       await stop(g, up, [a, b]);
+    }
+  },
+);
+
+test.serial(
+  'DESTROY_SESSION inside a longer COMPOUND (RFC 8881 §18.37.3): the session it names is forgotten when it succeeded',
+  async (t) => {
+    const { g, up, port } = await chain();
+    const a = await ScriptedClient.connect(port);
+    try {
+      // Three sessions of one client, one after the other: idle connections take turns, so each is
+      // created (and its connection associated with it) on another connection of the pool.
+      const s2 = await a.createSession(0x12n);
+      const s3 = await a.createSession(0x13n);
+      const s1 = await a.createSession(0x11n);
+      t.is(g.router.snapshot().sessions, 3);
+      t.is(new Set([s1, s2, s3].map((s) => up.socketOf(s))).size, 3, 'three connections');
+      const status = (reply: Buffer) => reply.readUInt32BE(24);
+
+      // Another session's DESTROY_SESSION in the middle, and a LOOKUP after it that fails: the COMPOUND
+      // fails (NFS4ERR_NOENT) but DESTROY_SESSION succeeded. The server accepts it only on a connection
+      // associated with s2, not s1's: the gateway routes the call by the session it destroys.
+      const [r1] = await a.call((x) =>
+        compoundCall(x, 1, [op.sequence(s1, 2), op.putrootfh(), op.destroySession(s2), op.lookup('missing')]),
+      );
+      t.is(status(r1), NFS4ERR.NOENT);
+      t.deepEqual(up.destroyed, [s2.toString('hex')], 'the server destroyed s2');
+      t.is(g.router.snapshot().sessionsDestroyed, 1);
+      t.is(g.router.snapshot().sessions, 2);
+
+      // Its own session's DESTROY_SESSION not last: NFS4ERR_NOT_ONLY_OP; s1 stays known.
+      const [r2] = await a.call((x) =>
+        compoundCall(x, 1, [op.sequence(s1, 3), op.destroySession(s1), op.putrootfh()]),
+      );
+      t.is(status(r2), NFS4ERR.NOT_ONLY_OP);
+      t.is(g.router.snapshot().sessions, 2);
+
+      // Its own session's DESTROY_SESSION last, after other operations: s3 is forgotten.
+      const [r3] = await a.call((x) =>
+        compoundCall(x, 1, [op.sequence(s3, 2), op.putrootfh(), op.destroySession(s3)]),
+      );
+      t.is(status(r3), 0);
+      t.deepEqual(up.destroyed, [s2.toString('hex'), s3.toString('hex')]);
+      t.is(g.router.snapshot().sessionsDestroyed, 2);
+      t.is(g.router.snapshot().sessions, 1);
+
+      // s1 still has its owner: a recall naming it reaches a.
+      up.send(
+        up.socketOf(s1),
+        cbCompound(0x5e000001, 1, [cbOp.sequence(s1), cbOp.recall(Buffer.alloc(12, 5), Buffer.alloc(8))]),
+      );
+      await waitFor(() => up.cbReplies.length === 1, 'the recall answered');
+      t.is(a.callbacks.length, 1);
+      t.is(g.router.snapshot().backchannelOrphans, 0);
+    } finally {
+      await stop(g, up, [a]);
     }
   },
 );

@@ -20,6 +20,7 @@ import {
   cbOp,
   compoundCall,
   compoundReply,
+  NFS4ERR,
   op,
   res,
   rpcCall,
@@ -58,6 +59,119 @@ test('hand-made: CREATE_SESSION, BIND_CONN_TO_SESSION and DESTROY_SESSION (alone
   const [sk, sout] = classify(compoundCall(4, 1, [op.sequence(a), op.destroySession(b)]));
   t.is(sk, SessionOp.DESTROY);
   t.deepEqual(sout, b, 'the session destroyed, not the one of SEQUENCE');
+});
+
+test('hand-made: DESTROY_SESSION wherever RFC 8881 §18.37.3 lets it stand after SEQUENCE', (t) => {
+  const a = sessionId(11);
+  const b = sessionId(12);
+  const c = sessionId(13);
+  const fh = Buffer.from('a file handle, 24 bytes.');
+  const destroys = (ops: Buffer[], want: Buffer, what: string) => {
+    const [k, out] = classify(compoundCall(1, 1, ops));
+    t.is(k, SessionOp.DESTROY, what);
+    t.deepEqual(out, want, `${what}: the session DESTROY_SESSION names`);
+  };
+  // Same session as SEQUENCE: DESTROY_SESSION must be the last operation.
+  destroys([op.sequence(a), op.putrootfh(), op.destroySession(a)], a, 'SEQUENCE, PUTROOTFH, DESTROY(same)');
+  destroys(
+    [op.sequence(a), op.putfh(fh), op.getattrType(), op.lookup('d'), op.destroySession(a)],
+    a,
+    'SEQUENCE, PUTFH, GETATTR, LOOKUP, DESTROY(same)',
+  );
+  // Another session: anywhere after SEQUENCE, with operations after it too.
+  destroys(
+    [op.sequence(a), op.putfh(fh), op.getattrType(), op.destroySession(b), op.lookup('x'), op.getattrType()],
+    b,
+    'SEQUENCE(a), PUTFH, GETATTR, DESTROY(b), LOOKUP, GETATTR',
+  );
+  destroys([op.sequence(a), op.destroySession(b), op.putrootfh()], b, 'SEQUENCE(a), DESTROY(b), PUTROOTFH');
+  destroys(
+    [op.sequence(a), op.putrootfh(), op.open(7n, 'f'), op.destroySession(b)],
+    b,
+    'after OPEN (its arguments are walked)',
+  );
+  destroys(
+    [op.sequence(a), op.putrootfh(), op.destroySession(b), op.destroySession(c)],
+    b,
+    'two: the first (the record holds one id)',
+  );
+  // Without SEQUENCE, DESTROY_SESSION must be alone; the server says NFS4ERR_NOT_ONLY_OP otherwise.
+  destroys([op.destroySession(b), op.putrootfh()], b, 'DESTROY first, not alone');
+
+  // Where DESTROY_SESSION cannot be found, the call is the SEQUENCE it starts with (nothing forgotten).
+  const sequenceOf = (msg: Buffer, what: string) => {
+    const [k, out] = classify(msg);
+    t.is(k, SessionOp.SEQUENCE, what);
+    t.deepEqual(out, a, `${what}: SEQUENCE's session`);
+  };
+  sequenceOf(compoundCall(2, 1, [op.sequence(a), op.putrootfh(), op.getattrType()]), 'no DESTROY_SESSION');
+  sequenceOf(
+    compoundCall(3, 1, [op.sequence(a), op.lockt(7n), op.destroySession(b)]),
+    'behind LOCKT, which the walker cannot step over',
+  );
+  const beyond = compoundCall(4, 1, [op.sequence(a), op.putrootfh(), op.destroySession(b)]);
+  beyond.writeUInt32BE(2, 40 + 8 + 4); // argarray count (after the AUTH_NONE header, tag 'hand', minor)
+  sequenceOf(beyond, 'past the operation count');
+  const cut = compoundCall(5, 1, [op.sequence(a), op.putrootfh(), op.destroySession(b)]);
+  sequenceOf(cut.subarray(0, cut.length - 4), 'its session id cut short');
+  t.is(classify(cut.subarray(0, 40 + 8 + 8 + 20))[0], SessionOp.NONE, 'SEQUENCE itself cut short');
+});
+
+test('hand-made: a DESTROY_SESSION reply counts only when that operation succeeded', (t) => {
+  const a = sessionId(21);
+  const named = sessionId(22);
+  const out = Buffer.from(named);
+  const outcome = (status: number, results: Buffer[]) =>
+    sessionOfReply(compoundReply(1, status, results), SessionOp.DESTROY, out);
+  const { FORE, FAILED } = SessionReply;
+  t.is(outcome(0, [res.sequence(a), res.putrootfh(), res.destroySession()]), FORE, 'last, all NFS4_OK');
+  t.is(
+    outcome(NFS4ERR.NOENT, [res.sequence(a), res.destroySession(), res.error(15, NFS4ERR.NOENT)]),
+    FORE,
+    'succeeded, then a LOOKUP after it failed: the COMPOUND status is not its status',
+  );
+  t.is(
+    outcome(NFS4ERR.NOENT, [
+      res.sequence(a),
+      res.putfh(),
+      res.getattrType(),
+      res.destroySession(),
+      res.error(15, NFS4ERR.NOENT),
+    ]),
+    FORE,
+    'the results before it stepped over',
+  );
+  t.deepEqual(out, named, 'the id the call named is left alone');
+  t.is(
+    outcome(NFS4ERR.WRONGSEC, [res.sequence(a), res.error(24, NFS4ERR.WRONGSEC)]),
+    FAILED,
+    'an operation before it failed: it never ran',
+  );
+  t.is(
+    outcome(NFS4ERR.BADSESSION, [res.sequence(a), res.putrootfh(), res.error(44, NFS4ERR.BADSESSION)]),
+    FAILED,
+  );
+  t.is(outcome(NFS4ERR.NOT_ONLY_OP, [res.sequence(a), res.error(44, NFS4ERR.NOT_ONLY_OP)]), FAILED);
+  t.is(outcome(NFS4ERR.NOT_ONLY_OP, [res.error(44, NFS4ERR.NOT_ONLY_OP)]), FAILED, 'not alone, no SEQUENCE');
+  t.is(outcome(0, [res.sequence(a), res.putrootfh()]), FAILED, 'NFS4_OK but no DESTROY_SESSION result');
+  // OPEN's result cannot be stepped over: what follows it is hidden. An NFS4_OK COMPOUND still says
+  // every operation succeeded; a failed one may have failed before DESTROY_SESSION or after: kept.
+  t.is(outcome(0, [res.sequence(a), res.putfh(), res.open(), res.destroySession()]), FORE, 'hidden, NFS4_OK');
+  t.is(
+    outcome(NFS4ERR.NOENT, [
+      res.sequence(a),
+      res.putfh(),
+      res.open(),
+      res.destroySession(),
+      res.error(15, NFS4ERR.NOENT),
+    ]),
+    FAILED,
+    'hidden, COMPOUND failed: the safe answer',
+  );
+  const short = compoundReply(1, NFS4ERR.NOENT, [res.sequence(a), res.putrootfh(), res.destroySession()]);
+  t.is(sessionOfReply(short.subarray(0, short.length - 8), SessionOp.DESTROY, out), FAILED, 'results cut');
+  t.is(sessionOfReply(short.subarray(0, short.length - 4), SessionOp.DESTROY, out), FAILED, 'status cut');
+  t.deepEqual(out, named);
 });
 
 test('hand-made: replies give the session and whether the connection carries the backchannel', (t) => {
@@ -131,17 +245,27 @@ test('hand-made: CB_COMPOUND with CB_SEQUENCE names its session; CB_NULL and 4.0
 
 test('truncated and mutated session messages never throw (fast-check, fixed seed)', (t) => {
   const sid = sessionId(4);
+  const other = sessionId(5);
+  const fh = Buffer.alloc(20, 0xf1);
   const samples = [
     compoundCall(1, 1, [op.sequence(sid), op.destroySession(sid)]),
     compoundCall(2, 1, [op.bindConnToSession(sid)]),
     compoundCall(3, 1, [op.createSession(5n)]),
     cbCompound(4, 1, [cbOp.sequence(sid), cbOp.recall(Buffer.alloc(12), Buffer.alloc(8))]),
+    compoundCall(5, 1, [op.sequence(sid), op.putfh(fh), op.getattrType(), op.destroySession(sid)]),
+    compoundCall(6, 1, [op.sequence(sid), op.open(5n, 'f'), op.destroySession(other), op.lookup('x')]),
+    compoundCall(7, 1, [op.sequence(sid), op.lockt(5n), op.destroySession(other)]),
   ];
   const replies = [
     compoundReply(1, 0, [res.createSession(sid)]),
     compoundReply(2, 0, [res.bindConnToSession(sid, 3)]),
+    compoundReply(3, 0, [res.sequence(sid), res.putfh(), res.getattrType(), res.destroySession()]),
+    compoundReply(4, 2, [res.sequence(sid), res.open(), res.destroySession(), res.error(15, 2)]),
+    compoundReply(5, 2, [res.sequence(sid), res.putfh(), res.destroySession(), res.error(15, 2)]),
   ];
   const out = Buffer.alloc(16);
+  let destroys = 0;
+  let destroyed = 0;
   fc.assert(
     fc.property(
       fc.nat(samples.length - 1),
@@ -151,25 +275,33 @@ test('truncated and mutated session messages never throw (fast-check, fixed seed
       (i, cut, at, byte) => {
         const m = Buffer.from(samples[i]);
         m[at % m.length] = byte;
-        const msg = m.subarray(0, 28 + (cut % (m.length - 27)));
+        // One in three is left whole (a byte changed at most), so the later operations are reached too.
+        const msg = cut % 3 === 0 ? m : m.subarray(0, 28 + (cut % (m.length - 27)));
         try {
           header.decode(msg);
         } catch {
           return true; // the router never classifies a call whose header does not decode
         }
-        sessionOpOfCall(header, msg, out);
+        // A DESTROY names 16 bytes of the message (never bytes from outside it).
+        if (sessionOpOfCall(header, msg, out) === SessionOp.DESTROY) {
+          destroys++;
+          if (msg.indexOf(out) < 0) return false;
+        }
         sessionOfCallback(header, msg, out);
         const r = Buffer.from(replies[i % replies.length]);
         r[at % r.length] = byte;
-        for (const k of [SessionOp.CREATE, SessionOp.BIND, SessionOp.DESTROY]) {
-          sessionOfReply(r.subarray(0, cut % (r.length + 1)), k, out);
-        }
+        const reply = cut % 3 === 0 ? r : r.subarray(0, cut % (r.length + 1));
+        for (const k of [SessionOp.CREATE, SessionOp.BIND, SessionOp.SEQUENCE]) sessionOfReply(reply, k, out);
+        const named = Buffer.from(out);
+        if (sessionOfReply(reply, SessionOp.DESTROY, out) === SessionReply.FORE) destroyed++;
+        if (!out.equals(named)) return false; // a DESTROY reply never rewrites the id the call named
         return true;
       },
     ),
     { numRuns: 3000, seed: 8_0002 },
   );
-  t.pass();
+  t.true(destroys > 150, `DESTROY_SESSION found ${destroys} times`);
+  t.true(destroyed > 150, `DESTROY_SESSION succeeded ${destroyed} times`);
 });
 
 test('session table: find by id, collisions chained, change of owner, forget', (t) => {

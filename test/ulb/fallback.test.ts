@@ -5,7 +5,9 @@
  */
 import test from 'ava';
 import fc from 'fast-check';
-import { createNfsRegistry, UlbCallPlan } from '../../gateway/ulb/index.js';
+import { createNfsRegistry, Nfs4Op, UlbCallPlan, UlbOutcome } from '../../gateway/ulb/index.js';
+import { SessionOp, SessionReply, sessionOfReply, sessionOpOfCall } from '../../gateway/ulb/sessions.js';
+import { successResultsOffset } from '../../gateway/ulb/types.js';
 import { RpcCallHeader } from '../../rpc/message.js';
 import { loadExchanges } from './captures.js';
 
@@ -77,4 +79,104 @@ test('mutated replies: locateResult never throws and stays inside the reply', (t
     }),
     { numRuns: 3000, seed: 9 },
   );
+});
+
+// NFSv4.1 sessions (gateway/ulb/sessions.ts): the captured NFSv4.0 COMPOUNDs made session calls —
+// minor version 1, SEQUENCE(A) put first and DESTROY_SESSION(B) last (RFC 8881 §18.37.3: another
+// session's DESTROY_SESSION may stand anywhere after SEQUENCE) — so that finding DESTROY_SESSION, and its
+// result in the reply, has real operations to step over. Each reply gets SEQUENCE's result first and,
+// when the COMPOUND succeeded, DESTROY_SESSION's last. (SETCLIENTID and the like are not NFSv4.1
+// operations: for the classifier they are just operations it cannot step over.)
+const SID_A = Buffer.from('session A 16 by.');
+const SID_B = Buffer.from('session B 16 by.');
+const word = (n: number) => {
+  const b = Buffer.alloc(4);
+  b.writeUInt32BE(n >>> 0, 0);
+  return b;
+};
+const pad4 = (n: number) => (n + 3) & ~3;
+
+function sessionExchange(e: (typeof exchanges)[number]): { call: Buffer; reply: Buffer; ok: boolean } {
+  const c = e.call;
+  const callTag = e.header.bodyOffset;
+  const callOps = callTag + 4 + pad4(c.readUInt32BE(callTag)) + 8;
+  const call = Buffer.concat([
+    c.subarray(0, callOps - 8),
+    word(1),
+    word(c.readUInt32BE(callOps - 4) + 2),
+    word(Nfs4Op.SEQUENCE),
+    SID_A,
+    Buffer.alloc(16, 0), // sequenceid, slotid, highest_slotid, cachethis
+    c.subarray(callOps),
+    word(Nfs4Op.DESTROY_SESSION),
+    SID_B,
+  ]);
+  const r = e.reply;
+  const at = successResultsOffset(r, 0, r.length);
+  const ok = r.readUInt32BE(at) === 0;
+  const results = at + 4 + 4 + pad4(r.readUInt32BE(at + 4)) + 4;
+  const reply = Buffer.concat([
+    r.subarray(0, results - 4),
+    word(r.readUInt32BE(results - 4) + (ok ? 2 : 1)),
+    word(Nfs4Op.SEQUENCE),
+    word(0),
+    SID_A,
+    Buffer.alloc(20, 0), // sr_sequenceid ... sr_status_flags
+    r.subarray(results),
+    ok ? Buffer.concat([word(Nfs4Op.DESTROY_SESSION), word(0)]) : Buffer.alloc(0),
+  ]);
+  return { call, reply, ok };
+}
+
+const compounds = loadExchanges('nfs4')
+  .filter((e) => e.header.proc === 1)
+  .map(sessionExchange);
+const sessionHeader = new RpcCallHeader();
+const sid = Buffer.alloc(16);
+
+test('NFSv4.1 sessions on the captured COMPOUNDs: DESTROY_SESSION found behind real operations', (t) => {
+  let found = 0;
+  let forgotten = 0;
+  for (const { call, reply, ok } of compounds) {
+    sessionHeader.decode(call);
+    // DESTROY_SESSION is found exactly when the argument walk knows every operation before it.
+    registry.planCall(sessionHeader, plan);
+    const walkable = plan.outcome === UlbOutcome.COMPLETE;
+    const k = sessionOpOfCall(sessionHeader, call, sid);
+    t.is(k, walkable ? SessionOp.DESTROY : SessionOp.SEQUENCE);
+    t.deepEqual(sid, walkable ? SID_B : SID_A);
+    if (k !== SessionOp.DESTROY) continue;
+    found++;
+    // Forgotten only after a COMPOUND that succeeded: a failed one stopped before DESTROY_SESSION.
+    const outcome = sessionOfReply(reply, SessionOp.DESTROY, sid);
+    t.is(outcome, ok ? SessionReply.FORE : SessionReply.FAILED);
+    if (outcome === SessionReply.FORE) forgotten++;
+  }
+  t.true(
+    found >= 10 && forgotten >= 10 && found < compounds.length,
+    `${found} found, ${forgotten} forgotten`,
+  );
+  t.log(`${compounds.length} COMPOUNDs: DESTROY_SESSION found in ${found}, forgotten after ${forgotten}`);
+});
+
+test('NFSv4.1 sessions on mutated captured COMPOUNDs: never a throw, never an id from outside the message', (t) => {
+  let destroys = 0;
+  fc.assert(
+    fc.property(mutation, (m) => {
+      const { call, reply } = compounds[m.which % compounds.length];
+      const msg = mutate(call, sessionHeader.decode(call).bodyOffset, m);
+      sessionHeader.decode(msg);
+      if (sessionOpOfCall(sessionHeader, msg, sid) === SessionOp.DESTROY) {
+        destroys++;
+        if (msg.indexOf(sid) < 0) return false;
+      }
+      const r = mutate(reply, 24, m);
+      for (const k of [SessionOp.SEQUENCE, SessionOp.CREATE, SessionOp.BIND]) sessionOfReply(r, k, sid);
+      const named = Buffer.from(sid);
+      sessionOfReply(r, SessionOp.DESTROY, sid);
+      return sid.equals(named);
+    }),
+    { numRuns: 3000, seed: 10 },
+  );
+  t.true(destroys > 100, `DESTROY_SESSION found ${destroys} times`);
 });
