@@ -5,7 +5,7 @@
  * chain (frontend → router → RDMA → embedded responder → test program), real sockets.
  */
 import { type AddressInfo, createServer, type Socket } from 'node:net';
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import { parseRoute } from '../../gateway/dispatch.js';
 import { startGateway } from '../../gateway/gateway.js';
 import { encodeSourceArgs } from '../../gateway/test-program/codec.js';
@@ -296,21 +296,19 @@ async function holdingUpstream() {
 
 const MOUNT_PROGRAM = 100005;
 
-/** A gateway whose rdma route (the test program) and tcp route (MOUNT) both lead to `upstreamPort`. */
-async function startTwoRouteGateway(upstreamPort: number, budget: number) {
+/**
+ * A gateway whose rdma route (the test program) and tcp route (MOUNT) both lead to one holding upstream,
+ * with a reply budget of `budget`, and a client connected to it that reads every reply (`replies`: their
+ * XIDs).
+ */
+async function twoRouteWorld(t: ExecutionContext, budget: number) {
+  const up = await holdingUpstream();
   const config = testConfig({ maxReplyBytes: budget });
-  config.upstream = { host: '127.0.0.1', port: upstreamPort };
-  config.routes = [parseRoute(`mount=tcp@127.0.0.1:${upstreamPort}`)];
+  config.upstream = { host: '127.0.0.1', port: up.port };
+  config.routes = [parseRoute(`mount=tcp@127.0.0.1:${up.port}`)];
   // The tick would wake a client waiting for room after a minute: only the wake-ups under test can
   // make these tests pass in time.
-  return startGateway({ config, routerTickMs: 60_000 });
-}
-
-test('one reply budget for both routes: calls waiting on the tcp route hold the rdma route back, and its replies let it go on', async (t) => {
-  const up = await holdingUpstream();
-  // 10 MiB: two MOUNT calls count 2 × 4.06 MiB (the tcp route does not parse replies), so one SOURCE
-  // call's 1 MiB still fits and a second does not.
-  const g = await startTwoRouteGateway(up.port, 10 * MiB);
+  const g = await startGateway({ config, routerTickMs: 60_000 });
   const client = await connectRaw(g.addresses[0].port);
   t.teardown(async () => {
     client.destroy();
@@ -320,8 +318,16 @@ test('one reply budget for both routes: calls waiting on the tcp route hold the 
   const replies = new Set<number>();
   const decoder = new RecordDecoder((r) => replies.add(r.readUInt32BE(0)));
   client.on('data', (d: Buffer) => decoder.push(d));
-  const mounts = Buffer.concat([framedCall(101, MOUNT_PROGRAM, 3, 0), framedCall(102, MOUNT_PROGRAM, 3, 0)]);
-  client.write(Buffer.concat([mounts, sourceCalls(4)]));
+  const mountCalls = (...xids: number[]) =>
+    Buffer.concat(xids.map((x) => framedCall(x, MOUNT_PROGRAM, 3, 0)));
+  return { up, g, client, replies, mountCalls };
+}
+
+test('one reply budget for both routes: calls waiting on the tcp route hold the rdma route back, and its replies let it go on', async (t) => {
+  // 10 MiB: two MOUNT calls count 2 × 4.06 MiB (the tcp route does not parse replies), so one SOURCE
+  // call's 1 MiB still fits and a second does not.
+  const { up, g, client, replies, mountCalls } = await twoRouteWorld(t, 10 * MiB);
+  client.write(Buffer.concat([mountCalls(101, 102), sourceCalls(4)]));
   await waitFor(
     () => up.count(MOUNT_PROGRAM) === 2 && up.count(TEST_PROGRAM) >= 1,
     'two MOUNT calls and a SOURCE call upstream',
@@ -342,22 +348,12 @@ test('one reply budget for both routes: calls waiting on the tcp route hold the 
 });
 
 test('one reply budget for both routes: calls in flight on the rdma route hold the tcp route back, and their replies let it read again', async (t) => {
-  const up = await holdingUpstream();
   // 10 MiB: nine SOURCE calls (9 × 1 MiB) go; the MOUNT call after them goes too (the call that finds the
   // budget spent still goes) and holds the client's reading, so the second MOUNT call waits.
-  const g = await startTwoRouteGateway(up.port, 10 * MiB);
-  const client = await connectRaw(g.addresses[0].port);
-  t.teardown(async () => {
-    client.destroy();
-    up.close(); // first: the tcp route's close waits for its calls to be answered or lost
-    await g.stop(0);
-  });
-  const replies = new Set<number>();
-  const decoder = new RecordDecoder((r) => replies.add(r.readUInt32BE(0)));
-  client.on('data', (d: Buffer) => decoder.push(d));
+  const { up, g, client, replies, mountCalls } = await twoRouteWorld(t, 10 * MiB);
   client.write(sourceCalls(9));
   await waitFor(() => up.count(TEST_PROGRAM) === 9, 'nine SOURCE calls upstream');
-  client.write(Buffer.concat([framedCall(101, MOUNT_PROGRAM, 3, 0), framedCall(102, MOUNT_PROGRAM, 3, 0)]));
+  client.write(mountCalls(101, 102));
   await waitFor(() => up.count(MOUNT_PROGRAM) >= 1, 'the first MOUNT call upstream');
   await new Promise((r) => setTimeout(r, 300));
   t.is(up.count(MOUNT_PROGRAM), 1, "the rdma route's calls count against the tcp route's room");
