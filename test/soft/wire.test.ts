@@ -453,6 +453,100 @@ test('a Read Request split across reads carries both headers too', (t) =>
 test('a Read Request with a bad MSN terminates with DDP 1/2/3, carrying its DDP header only', (t) =>
   terminateFor(t, () => readRequest(4), [1, 2, 3], M | D));
 
+/** An MPA revision 2 request (RFC 6581 §5) with the E flag and these IRD and ORD words. */
+function enhancedRequest(irdWord: number, ordWord: number): Buffer {
+  const words = Buffer.alloc(4);
+  words.writeUInt16BE(irdWord, 0);
+  words.writeUInt16BE(ordWord, 2);
+  const req = mpaRequest({ revision: 2, privateData: words });
+  req[16] |= 0x10;
+  return req;
+}
+
+/** Peer-to-peer mode offering the zero-length RDMA Write RTR, IRD and ORD 8 (RFC 6581 §5). */
+const P2P_WRITE_RTR = enhancedRequest(0x8000 | 8, 0x8000 | 8);
+/** The reply the server answers it with: 20 bytes, the IRD/ORD words, its private data 'ok'. */
+const P2P_REPLY = 26;
+
+/** A zero-length RDMA Write, the RTR (RFC 6581 §6); Linux siw sends it with STag 1, which must not matter. */
+const writeRtr = (stag = 0) => fpdu(ddpTagged(0, stag, 0n, Buffer.alloc(0)));
+
+test('peer-to-peer: the reply chooses the zero-length Write RTR, and after it the connection serves', async (t) => {
+  const s = await server({}, 1);
+  const r = await raw(s.port);
+  r.sock.write(P2P_WRITE_RTR);
+  const reply = decodeMpa((await r.waitFor(P2P_REPLY)).subarray(0, P2P_REPLY), true);
+  t.truthy(reply.enhanced);
+  t.is((reply.enhanced?.irdWord ?? 0) & 0xc000, 0x8000, 'peer-to-peer, no Send RTR');
+  t.is((reply.enhanced?.ordWord ?? 0) & 0xc000, 0x8000, 'the zero-length RDMA Write RTR, not the Read one');
+  await s.events.wait(CmEventType.ESTABLISHED);
+  r.sock.write(Buffer.concat([writeRtr(1), fpdu(ddpUntaggedSend(Buffer.from('after the RTR'), { msn: 1 }))]));
+  const [wc] = await s.cq.take(1);
+  t.like(wc, { status: WcStatus.SUCCESS, byteLen: 13 });
+  t.is(s.events.events.filter((e) => e.type === CmEventType.DISCONNECTED).length, 0);
+  r.sock.destroy();
+  await s.close();
+});
+
+test('peer-to-peer: a first FPDU that is not the negotiated RTR is refused unread with MPA 2/0/7, and only its connection ends', async (t) => {
+  const s = await server({}, 1);
+  // [what the initiator sends first, given a Write target region of the responder's]
+  const wrong: [string, (stag: number, to: bigint) => Buffer][] = [
+    ['a Send with data', () => fpdu(ddpUntaggedSend(Buffer.from('early'), { msn: 1 }))],
+    ['an RDMA Write with data', (stag, to) => fpdu(ddpTagged(0, stag, to, Buffer.from('early')))],
+    [
+      'a zero-length Send (an RTR kind not negotiated)',
+      () => fpdu(ddpUntaggedSend(Buffer.alloc(0), { msn: 1 })),
+    ],
+    [
+      'a zero-length Read Request (an RTR kind not negotiated)',
+      () => fpdu(ddpReadRequest(1, { sinkStag: 0, sinkTo: 0n, size: 0, srcStag: 0, srcTo: 0n })),
+    ],
+    [
+      'a zero-length Write that is not a last segment',
+      () => fpdu(ddpTagged(0, 0, 0n, Buffer.alloc(0), false)),
+    ],
+  ];
+  for (const [name, first] of wrong) {
+    const r = await raw(s.port);
+    r.sock.write(P2P_WRITE_RTR);
+    await r.waitFor(P2P_REPLY);
+    const ev0 = s.events.events.length;
+    const conn = await until(() => s.conn(), 'the connection');
+    const target = conn.qp.pd.registerMemory(
+      Buffer.alloc(64, 0xee),
+      Access.LOCAL_WRITE | Access.REMOTE_WRITE,
+    );
+    r.sock.write(first(target.rkey, target.iova));
+    const term = await until(() => parseFpdus(r.got().subarray(P2P_REPLY))[0], `${name}: the Terminate`);
+    t.deepEqual(term.terminate, [2, 0, 7], `${name}: MPA, no matching RTR option`);
+    t.is(term.payload.readUInt32BE(0) & 0xffff, 0, `${name}: an MPA error carries no headers`);
+    t.is(parseFpdus(r.got().subarray(P2P_REPLY)).length, 1, `${name}: nothing else was sent`);
+    const ev = await until(
+      () => s.events.events.slice(ev0).find((e) => e.type === CmEventType.DISCONNECTED),
+      `${name}: DISCONNECTED`,
+    );
+    t.like(ev.terminate, { local: true, layer: 2, type: 0, code: 7 });
+    t.like(ev.error, { code: 'MPA_RTR_MISMATCH' }, `${name}: a typed error`);
+    t.true(
+      target.buffer.every((b) => b === 0xee),
+      `${name}: nothing placed`,
+    );
+    const [wc] = await s.cq.take(1);
+    t.is(wc.status, WcStatus.WR_FLUSH_ERR, `${name}: the Receive was flushed, not filled`);
+    r.sock.destroy();
+  }
+  // The listener and the next connection are untouched.
+  const r = await raw(s.port);
+  r.sock.write(P2P_WRITE_RTR);
+  await r.waitFor(P2P_REPLY);
+  r.sock.write(Buffer.concat([writeRtr(), fpdu(ddpUntaggedSend(Buffer.from('fine'), { msn: 1 }))]));
+  const [ok] = await s.cq.take(1);
+  t.like(ok, { status: WcStatus.SUCCESS, byteLen: 4 });
+  r.sock.destroy();
+  await s.close();
+});
+
 test('FPDUs never exceed the configured MULPDU', async (t) => {
   const mulpdu = 200;
   const dev = await createSoftProvider({ mulpdu }).openDevice();

@@ -229,6 +229,7 @@ export class SoftConnection implements Connection, QpOwner {
       ird: this.myIrd,
       waitForPeerFirst: false,
       sendRtr,
+      expectRtr: false,
     };
     this.qp.start(this.socket as net.Socket, params, leftover);
     this.emit({ type: CmEventType.ESTABLISHED, privateData: reply.privateData });
@@ -309,10 +310,11 @@ export class SoftConnection implements Connection, QpOwner {
     const crc = req.crc || this.ctx.options.crc;
     let ord = this.myOrd;
     let enhanced: MpaFrame['enhanced'];
+    let writeRtr = false;
     if (req.enhanced) {
       ord = Math.min(this.myOrd, irdOf(req.enhanced.irdWord));
       const p2p = (req.enhanced.irdWord & MPA_V2_PEER_TO_PEER) !== 0;
-      const writeRtr = p2p && (req.enhanced.ordWord & MPA_V2_ZERO_LENGTH_WRITE_RTR) !== 0;
+      writeRtr = p2p && (req.enhanced.ordWord & MPA_V2_ZERO_LENGTH_WRITE_RTR) !== 0;
       enhanced = {
         irdWord: (p2p ? MPA_V2_PEER_TO_PEER : 0) | this.myIrd,
         ordWord: (writeRtr ? MPA_V2_ZERO_LENGTH_WRITE_RTR : 0) | ord,
@@ -333,10 +335,19 @@ export class SoftConnection implements Connection, QpOwner {
     this.phase = 'up';
     const leftover = this.hs;
     this.hs = Buffer.alloc(0);
-    // RFC 5044 §7.1.2: the responder sends no FPDU before the initiator's first one arrived.
+    // RFC 5044 §7.1.2: the responder sends no FPDU before the initiator's first one arrived; in
+    // peer-to-peer mode that one must be the RTR the reply chose (RFC 6581 §5), or the stream ends.
     this.qp.start(
       socket,
-      { crc, mulpdu: this.ctx.options.mulpdu, ord, ird: this.myIrd, waitForPeerFirst: true, sendRtr: false },
+      {
+        crc,
+        mulpdu: this.ctx.options.mulpdu,
+        ord,
+        ird: this.myIrd,
+        waitForPeerFirst: true,
+        sendRtr: false,
+        expectRtr: writeRtr,
+      },
       leftover,
     );
     this.emit({ type: CmEventType.ESTABLISHED, privateData: req.privateData });

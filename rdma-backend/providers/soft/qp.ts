@@ -36,6 +36,7 @@ import {
 import type { SoftCq } from './cq.js';
 import { crc32c } from './crc32c.js';
 import type { SoftMr, SoftPd, StagTable } from './memory.js';
+import { MpaError } from './mpa.js';
 import {
   describeTerminate,
   Layer,
@@ -83,6 +84,11 @@ export interface StreamParams {
   waitForPeerFirst: boolean;
   /** Send a zero-length RDMA Write as Ready-To-Receive first (MPA v2 peer-to-peer, RFC 6581 §6). */
   sendRtr: boolean;
+  /**
+   * The peer's first FPDU must be the RTR the reply negotiated, a zero-length RDMA Write (MPA v2
+   * peer-to-peer responder, RFC 6581 §5): anything else is refused unread (`checkRtr`).
+   */
+  expectRtr: boolean;
 }
 
 /** Callbacks into the owning connection. */
@@ -931,6 +937,11 @@ export class SoftQp implements QueuePair {
       this.pendingError = Term.MPA_FPDU_START;
       return;
     }
+    if (!this.gotFirstFpdu && (this.params as StreamParams).expectRtr && !this.isWriteRtr(tagged, op)) {
+      // Nothing of it is placed or delivered: the stream ends when its CRC has been checked.
+      this.pendingError = Term.MPA_NO_MATCHING_RTR;
+      return;
+    }
     if ((ctrl & 3) !== DDP_VERSION) {
       this.pendingError = tagged ? Term.DDP_T_VERSION : Term.DDP_U_VERSION;
       return;
@@ -1079,6 +1090,15 @@ export class SoftQp implements QueuePair {
     }
   }
 
+  /**
+   * Is the segment whose header was just read the RTR a zero-length RDMA Write is (RFC 6581 §5/§6): a
+   * tagged Write, last, no payload? Its STag and tagged offset are not looked at: a zero-length Write's
+   * are not validated (RFC 5040 §5.1), and initiators differ (Linux siw sends STag 1, we send 0).
+   */
+  private isWriteRtr(tagged: boolean, op: number): boolean {
+    return tagged && op === Op.WRITE && this.rxLast && this.payloadLeft === 0;
+  }
+
   /** Tagged-buffer checks for a Write target / Read Response sink (DDP codes) or a Read source (RDMAP codes). */
   private checkTagged(
     stag: number,
@@ -1147,7 +1167,12 @@ export class SoftQp implements QueuePair {
     }
     if (this.pendingError !== undefined) {
       if (this.pendingRecvStatus !== 0) this.failRecvHead(this.pendingRecvStatus);
-      this.fatal(this.pendingError, true, this.hdr);
+      this.fatal(
+        this.pendingError,
+        true,
+        this.hdr,
+        this.pendingError === Term.MPA_NO_MATCHING_RTR ? this.rtrError() : undefined,
+      );
       return;
     }
     const h = this.hdr;
@@ -1209,6 +1234,31 @@ export class SoftQp implements QueuePair {
       default:
         return;
     }
+  }
+
+  /** The error a responder reports when the peer's first FPDU (in `hdr`) was not the negotiated RTR. */
+  private rtrError(): MpaError {
+    const h = this.hdr;
+    const c = Term.MPA_NO_MATCHING_RTR;
+    return new MpaError(
+      'MPA_RTR_MISMATCH',
+      "the initiator's first FPDU is not the zero-length RDMA Write RTR negotiated for peer-to-peer mode (RFC 6581 §5)",
+      {
+        expected: {
+          tagged: true,
+          opcode: Op.WRITE,
+          last: true,
+          ulpduLength: TAGGED_HEADER - MPA_LENGTH_SIZE,
+        },
+        got: {
+          tagged: (h[2] & DDP_TAGGED) !== 0,
+          opcode: h[3] & 0x0f,
+          last: this.rxLast,
+          ulpduLength: this.ulpduLen,
+        },
+        terminate: { layer: c.layer, type: c.type, code: c.code },
+      },
+    );
   }
 
   private completeRecv(): void {
