@@ -2,9 +2,11 @@
  * Soft provider on the wire, checked against an independent framer (test/helpers/iwarp-frames.ts) over a
  * raw TCP socket: CRC32c, MPA negotiation (revision 1 answered with 1, markers refused, CRC off = zero
  * field), the Terminate sent for a CRC error, a bad MSN, a bad MO, a Send with no Receive, a frame too
- * short to parse and a Read Response that does not fill its Read; a Read Response whose region was
- * revoked meanwhile never leaves; MSNs wrap modulo 2^32; a local error does not take back earlier WRs, nor
- * completes those the socket still holds before it took them.
+ * short to parse and a Read Response that does not fill its Read, with the offending segment's headers
+ * it carries (RFC 5040 §4.8), and those a received Terminate carries reported; the MPA v2 peer-to-peer
+ * RTR (RFC 6581), on both sides; a Read Response whose region was revoked meanwhile never leaves; MSNs
+ * wrap modulo 2^32; a local error does not take back earlier WRs, nor completes those the socket still
+ * holds before it took them.
  */
 import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -28,6 +30,7 @@ import {
   type Connection,
   createWorkCompletions,
   type ProtectionDomain,
+  QpState,
   SendFlags,
   WcStatus,
   WrOpcode,
@@ -453,18 +456,22 @@ test('a Read Request split across reads carries both headers too', (t) =>
 test('a Read Request with a bad MSN terminates with DDP 1/2/3, carrying its DDP header only', (t) =>
   terminateFor(t, () => readRequest(4), [1, 2, 3], M | D));
 
-/** An MPA revision 2 request (RFC 6581 §5) with the E flag and these IRD and ORD words. */
-function enhancedRequest(irdWord: number, ordWord: number): Buffer {
+/** An MPA revision 2 request or reply (RFC 6581 §5): the E flag and these IRD and ORD words. */
+function enhanced(
+  frame: (o: { revision: number; privateData: Uint8Array }) => Buffer,
+  irdWord: number,
+  ordWord: number,
+): Buffer {
   const words = Buffer.alloc(4);
   words.writeUInt16BE(irdWord, 0);
   words.writeUInt16BE(ordWord, 2);
-  const req = mpaRequest({ revision: 2, privateData: words });
-  req[16] |= 0x10;
-  return req;
+  const f = frame({ revision: 2, privateData: words });
+  f[16] |= 0x10;
+  return f;
 }
 
 /** Peer-to-peer mode offering the zero-length RDMA Write RTR, IRD and ORD 8 (RFC 6581 §5). */
-const P2P_WRITE_RTR = enhancedRequest(0x8000 | 8, 0x8000 | 8);
+const P2P_WRITE_RTR = enhanced(mpaRequest, 0x8000 | 8, 0x8000 | 8);
 /** The reply the server answers it with: 20 bytes, the IRD/ORD words, its private data 'ok'. */
 const P2P_REPLY = 26;
 
@@ -626,8 +633,8 @@ for (const len of [0, 1]) {
   }
 }
 
-/** A raw TCP listener playing the MPA responder (revision 1) to one of our initiators. */
-async function rawResponder(): Promise<{
+/** A raw TCP listener playing the MPA responder to one of our initiators, answering with `reply`. */
+async function rawResponder(reply = mpaReply({ revision: 1 })): Promise<{
   port: number;
   peer: () => Promise<{ sock: net.Socket; stream: () => Buffer }>;
   close: () => void;
@@ -642,10 +649,10 @@ async function rawResponder(): Promise<{
     sock.on('error', () => {});
     sock.on('data', (d: Buffer) => {
       buf = Buffer.concat([buf, d]);
-      if (!answered && buf.length >= 20) {
+      if (!answered && buf.length >= 20 && buf.length >= 20 + buf.readUInt16BE(18)) {
         answered = true;
-        buf = buf.subarray(20);
-        sock.write(mpaReply({ revision: 1 }));
+        buf = buf.subarray(20 + buf.readUInt16BE(18));
+        sock.write(reply);
         resolvePeer({ sock, stream: () => buf });
       }
     });
@@ -656,6 +663,15 @@ async function rawResponder(): Promise<{
 
 /** A soft client connected to `port` (ESTABLISHED): its PD, one CQ for both queues, the connection, its events. */
 async function softClient(
+  port: number,
+): Promise<{ pd: ProtectionDomain; cq: CqWatcher; conn: Connection; events: EventLog }> {
+  const c = await softConnect(port);
+  await c.events.wait(CmEventType.ESTABLISHED);
+  return c;
+}
+
+/** A soft client connecting to `port`, not yet established (see `softClient`). */
+async function softConnect(
   port: number,
 ): Promise<{ pd: ProtectionDomain; cq: CqWatcher; conn: Connection; events: EventLog }> {
   const dev = await createSoftProvider().openDevice();
@@ -671,7 +687,6 @@ async function softClient(
     cap: { maxSendWr: 8, maxRecvWr: 8, maxSendSge: 1, maxRecvSge: 1 },
     onEvent: events.handler,
   });
-  await events.wait(CmEventType.ESTABLISHED);
   return { pd, cq, conn, events };
 }
 
@@ -684,6 +699,54 @@ async function until<T>(f: () => T | undefined, what: string): Promise<T> {
     await new Promise((r) => setTimeout(r, 5));
   }
 }
+
+test('peer-to-peer initiator: a reply that names no RTR we offered fails the connect with MPA 2/0/7', async (t) => {
+  const reply = (irdWord: number, ordWord: number) => enhanced(mpaReply, irdWord, ordWord);
+  const cases: [string, Buffer][] = [
+    ['the zero-length Read RTR', reply(0x8000 | 8, 0x4000 | 8)],
+    ['the zero-length Send RTR', reply(0xc000 | 8, 8)],
+    ['no RTR at all', reply(0x8000 | 8, 8)],
+  ];
+  for (const [name, answer] of cases) {
+    const responder = await rawResponder(answer);
+    const { conn, events } = await softConnect(responder.port);
+    const peer = await responder.peer();
+    const ev = await events.wait(CmEventType.CONNECT_ERROR);
+    t.like(ev.error, { code: 'MPA_RTR_MISMATCH' }, `${name}: a typed error`);
+    t.false(
+      events.events.some((e) => e.type === CmEventType.ESTABLISHED),
+      `${name}: never established`,
+    );
+    const frames = await until(() => {
+      const f = parseFpdus(peer.stream());
+      return f.length > 0 ? f : undefined;
+    }, `${name}: the Terminate`);
+    t.deepEqual(
+      frames.map((f) => f.terminate),
+      [[2, 0, 7]],
+      `${name}: only a Terminate, MPA no matching RTR option`,
+    );
+    t.is(conn.qp.state, QpState.ERR, `${name}: the QP is in error`);
+    conn.destroy();
+    peer.sock.destroy();
+    responder.close();
+  }
+});
+
+test('peer-to-peer initiator: a reply choosing the Write RTR gets a zero-length Write first', async (t) => {
+  const responder = await rawResponder(enhanced(mpaReply, 0x8000 | 8, 0x8000 | 8));
+  const { conn } = await softClient(responder.port);
+  const peer = await responder.peer();
+  const [first] = await until(() => {
+    const f = parseFpdus(peer.stream());
+    return f.length > 0 ? f : undefined;
+  }, 'the RTR');
+  t.like(first, { tagged: true, last: true, opcode: 0 });
+  t.is(first.payload.length, 0);
+  conn.destroy();
+  peer.sock.destroy();
+  responder.close();
+});
 
 test('a Read Response must fill its Read sink from its offset to its size: otherwise DDP 1/1/1 and nothing placed', async (t) => {
   type Read = { sinkStag: number; sinkTo: bigint; size: number };
