@@ -2,9 +2,11 @@
  * Soft provider on the wire, checked against an independent framer (test/helpers/iwarp-frames.ts) over a
  * raw TCP socket: CRC32c, MPA negotiation (revision 1 answered with 1, markers refused, CRC off = zero
  * field), the Terminate sent for a CRC error, a bad MSN, a bad MO, a Send with no Receive, a frame too
- * short to parse and a Read Response that does not fill its Read; a Read Response whose region was
- * revoked meanwhile never leaves; MSNs wrap modulo 2^32; a local error does not take back earlier WRs, nor
- * completes those the socket still holds before it took them.
+ * short to parse and a Read Response that does not fill its Read, with the offending segment's headers
+ * it carries (RFC 5040 §4.8), and those a received Terminate carries reported; the MPA v2 peer-to-peer
+ * RTR (RFC 6581), on both sides; a Read Response whose region was revoked meanwhile never leaves; MSNs
+ * wrap modulo 2^32; a local error does not take back earlier WRs, nor completes those the socket still
+ * holds before it took them.
  */
 import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -21,12 +23,14 @@ import {
   createSoftProvider,
 } from '../../rdma-backend/providers/soft/index.js';
 import { decodeMpa, encodeMpa } from '../../rdma-backend/providers/soft/mpa.js';
+import type { TerminateError } from '../../rdma-backend/providers/soft/terminate.js';
 import {
   Access,
   CmEventType,
   type Connection,
   createWorkCompletions,
   type ProtectionDomain,
+  QpState,
   SendFlags,
   WcStatus,
   WrOpcode,
@@ -313,10 +317,27 @@ test('CRC off on both sides: the CRC field is present and zero', async (t) => {
   await s.close();
 });
 
+/** RFC 5040 §4.8 Hdrct bits of the Terminate Control word: segment length valid, DDP header, RDMAP header. */
+const M = 0x8000;
+const D = 0x4000;
+const R = 0x2000;
+
+/**
+ * The headers a Terminate should carry for the FPDU `f` that caused it, with Hdrct `hdrct` (RFC 5040 §4.8):
+ * the FPDU's own first bytes, its MPA length (the DDP Segment Length), its DDP header (14 bytes tagged, 18
+ * untagged) and, with R, the 28-byte RDMA Read Request header.
+ */
+function carried(f: Buffer, hdrct: number): Buffer {
+  if (!(hdrct & D)) return Buffer.alloc(0);
+  return f.subarray(0, 2 + (f[2] & 0x80 ? 14 : 18) + (hdrct & R ? 28 : 0));
+}
+
 async function terminateFor(
   t: import('ava').ExecutionContext,
   frame: (crcOn: boolean) => Buffer,
   expected: [number, number, number],
+  /** The Hdrct bits the Terminate must carry: their headers are checked against the offending frame's. */
+  hdrct: number,
   preRecv = 2,
   /** Write the frame in this many pieces, apart in time (so the parser sees it split across reads). */
   pieces = 1,
@@ -331,16 +352,31 @@ async function terminateFor(
     if (at > 0) await new Promise((res) => setTimeout(res, 20));
     r.sock.write(f.subarray(at, at + step));
   }
-  const all = await r.waitFor(22 + 28);
+  const headers = carried(f, hdrct);
+  const ulpdu = 18 + 4 + headers.length;
+  const size = ((2 + ulpdu + 3) & ~3) + 4;
+  const all = await r.waitFor(22 + size);
   const term = all.subarray(22);
+  t.is(term.length, size, 'one Terminate, its length that of the headers it carries');
+  t.is(term.readUInt16BE(0), ulpdu);
   t.is(term[3] & 0x0f, 7, 'RDMAP Terminate');
   t.is(term.readUInt32BE(8), 2, 'QN 2');
   t.is(term.readUInt32BE(12), 1, 'first MSN of the Terminate queue');
   const ctrl = term.readUInt32BE(20);
   t.deepEqual([ctrl >>> 28, (ctrl >>> 24) & 0xf, (ctrl >>> 16) & 0xff], expected);
-  t.is(term.readUInt32LE(24), oracleCrc(term.subarray(0, 24)));
+  t.is(ctrl & 0xffff, hdrct, 'Hdrct bits (M D R), reserved bits zero');
+  t.deepEqual(term.subarray(24, 24 + headers.length), headers, "the offending segment's headers, as sent");
+  t.is(term.readUInt32LE(size - 4), oracleCrc(term.subarray(0, size - 4)));
   const ev = await s.events.wait(CmEventType.DISCONNECTED);
   t.like(ev.terminate, { local: true, layer: expected[0], type: expected[1], code: expected[2] });
+  const err = ev.error as TerminateError;
+  t.is(err?.code, 'IWARP_TERMINATE', 'the event says which Terminate was sent');
+  t.is(err.headers.hdrct, hdrct);
+  if (hdrct & D) {
+    t.is(err.headers.ddpSegmentLength, f.readUInt16BE(0));
+    t.deepEqual(err.headers.ddpHeader, headers.subarray(2, f[2] & 0x80 ? 16 : 20));
+  }
+  t.deepEqual(err.headers.rdmapHeader, hdrct & R ? f.subarray(20, 48) : undefined);
   const flushed = await s.cq.take(preRecv);
   t.true(flushed.every((w) => w.status === WcStatus.WR_FLUSH_ERR));
   r.sock.destroy();
@@ -348,11 +384,16 @@ async function terminateFor(
 }
 
 test('a CRC error terminates with LLP/MPA 2/0/2', (t) =>
-  terminateFor(t, () => {
-    const f = fpdu(ddpUntaggedSend(Buffer.from('payload'), { msn: 1 }));
-    f[f.length - 1] ^= 0xff;
-    return f;
-  }, [2, 0, 2]));
+  terminateFor(
+    t,
+    () => {
+      const f = fpdu(ddpUntaggedSend(Buffer.from('payload'), { msn: 1 }));
+      f[f.length - 1] ^= 0xff;
+      return f;
+    },
+    [2, 0, 2],
+    0,
+  ));
 
 test('a CRC error in an FPDU split across reads terminates with LLP/MPA 2/0/2 too', (t) =>
   terminateFor(
@@ -363,24 +404,155 @@ test('a CRC error in an FPDU split across reads terminates with LLP/MPA 2/0/2 to
       return f;
     },
     [2, 0, 2],
+    0,
     2,
     3,
   ));
 
-test('a bad MSN in an FPDU split across reads terminates with DDP untagged 1/2/3 too', (t) =>
-  terminateFor(t, () => fpdu(ddpUntaggedSend(Buffer.from('p'), { msn: 5 })), [1, 2, 3], 2, 4));
+test('a bad MSN in an FPDU split across reads terminates with DDP untagged 1/2/3 too, carrying its header', (t) =>
+  terminateFor(t, () => fpdu(ddpUntaggedSend(Buffer.from('p'), { msn: 5 })), [1, 2, 3], M | D, 2, 4));
 
-test('a bad MSN terminates with DDP untagged 1/2/3', (t) =>
-  terminateFor(t, () => fpdu(ddpUntaggedSend(Buffer.from('p'), { msn: 5 })), [1, 2, 3]));
+test('a bad MSN terminates with DDP untagged 1/2/3, carrying its untagged DDP header', (t) =>
+  terminateFor(t, () => fpdu(ddpUntaggedSend(Buffer.from('p'), { msn: 5 })), [1, 2, 3], M | D));
 
-test('a bad MO terminates with DDP untagged 1/2/4', (t) =>
-  terminateFor(t, () => fpdu(ddpUntaggedSend(Buffer.from('p'), { msn: 1, mo: 9 })), [1, 2, 4]));
+test('a bad MO terminates with DDP untagged 1/2/4, carrying its untagged DDP header', (t) =>
+  terminateFor(t, () => fpdu(ddpUntaggedSend(Buffer.from('p'), { msn: 1, mo: 9 })), [1, 2, 4], M | D));
 
-test('an invalid QN terminates with DDP untagged 1/2/1', (t) =>
-  terminateFor(t, () => fpdu(ddpUntaggedSend(Buffer.from('p'), { msn: 1, qn: 5 })), [1, 2, 1]));
+test('an invalid QN terminates with DDP untagged 1/2/1, carrying its untagged DDP header', (t) =>
+  terminateFor(t, () => fpdu(ddpUntaggedSend(Buffer.from('p'), { msn: 1, qn: 5 })), [1, 2, 1], M | D));
 
-test('a Send with no Receive posted terminates with DDP untagged 1/2/2', (t) =>
-  terminateFor(t, () => fpdu(ddpUntaggedSend(Buffer.from('p'), { msn: 1 })), [1, 2, 2], 0));
+test('a Send with no Receive posted terminates with DDP untagged 1/2/2, carrying its untagged DDP header', (t) =>
+  terminateFor(t, () => fpdu(ddpUntaggedSend(Buffer.from('p'), { msn: 1 })), [1, 2, 2], M | D, 0));
+
+test('an RDMA Write to an unknown STag terminates with DDP tagged 1/1/0, carrying its tagged DDP header', (t) =>
+  terminateFor(t, () => fpdu(ddpTagged(0, 0x424200, 0x1_0000_0010n, Buffer.from('data'))), [1, 1, 0], M | D));
+
+test('an unknown RDMAP opcode terminates with RDMAP 0/2/6, carrying the DDP header it came in', (t) =>
+  terminateFor(t, () => fpdu(ddpUntaggedSend(Buffer.from('p'), { msn: 1, opcode: 0xc })), [0, 2, 6], M | D));
+
+test('an invalid DDP version terminates with DDP 1/2/6 and no header: its layout is unknown', (t) =>
+  terminateFor(
+    t,
+    () => {
+      const u = ddpUntaggedSend(Buffer.from('p'), { msn: 1 });
+      u[0] = (u[0] & ~3) | 2;
+      return fpdu(u);
+    },
+    [1, 2, 6],
+    0,
+  ));
+
+const readRequest = (msn: number) =>
+  fpdu(
+    ddpReadRequest(msn, { sinkStag: 0x1100, sinkTo: 0x2_0000_0040n, size: 64, srcStag: 0x777700, srcTo: 8n }),
+  );
+
+test('a Read Request for an unknown source STag terminates with RDMAP 0/1/0, carrying its DDP and RDMAP headers', (t) =>
+  terminateFor(t, () => readRequest(1), [0, 1, 0], M | D | R));
+
+test('a Read Request split across reads carries both headers too', (t) =>
+  terminateFor(t, () => readRequest(1), [0, 1, 0], M | D | R, 2, 5));
+
+test('a Read Request with a bad MSN terminates with DDP 1/2/3, carrying its DDP header only', (t) =>
+  terminateFor(t, () => readRequest(4), [1, 2, 3], M | D));
+
+/** An MPA revision 2 request or reply (RFC 6581 §5): the E flag and these IRD and ORD words. */
+function enhanced(
+  frame: (o: { revision: number; privateData: Uint8Array }) => Buffer,
+  irdWord: number,
+  ordWord: number,
+): Buffer {
+  const words = Buffer.alloc(4);
+  words.writeUInt16BE(irdWord, 0);
+  words.writeUInt16BE(ordWord, 2);
+  const f = frame({ revision: 2, privateData: words });
+  f[16] |= 0x10;
+  return f;
+}
+
+/** Peer-to-peer mode offering the zero-length RDMA Write RTR, IRD and ORD 8 (RFC 6581 §5). */
+const P2P_WRITE_RTR = enhanced(mpaRequest, 0x8000 | 8, 0x8000 | 8);
+/** The reply the server answers it with: 20 bytes, the IRD/ORD words, its private data 'ok'. */
+const P2P_REPLY = 26;
+
+/** A zero-length RDMA Write, the RTR (RFC 6581 §6); Linux siw sends it with STag 1, which must not matter. */
+const writeRtr = (stag = 0) => fpdu(ddpTagged(0, stag, 0n, Buffer.alloc(0)));
+
+test('peer-to-peer: the reply chooses the zero-length Write RTR, and after it the connection serves', async (t) => {
+  const s = await server({}, 1);
+  const r = await raw(s.port);
+  r.sock.write(P2P_WRITE_RTR);
+  const reply = decodeMpa((await r.waitFor(P2P_REPLY)).subarray(0, P2P_REPLY), true);
+  t.truthy(reply.enhanced);
+  t.is((reply.enhanced?.irdWord ?? 0) & 0xc000, 0x8000, 'peer-to-peer, no Send RTR');
+  t.is((reply.enhanced?.ordWord ?? 0) & 0xc000, 0x8000, 'the zero-length RDMA Write RTR, not the Read one');
+  await s.events.wait(CmEventType.ESTABLISHED);
+  r.sock.write(Buffer.concat([writeRtr(1), fpdu(ddpUntaggedSend(Buffer.from('after the RTR'), { msn: 1 }))]));
+  const [wc] = await s.cq.take(1);
+  t.like(wc, { status: WcStatus.SUCCESS, byteLen: 13 });
+  t.is(s.events.events.filter((e) => e.type === CmEventType.DISCONNECTED).length, 0);
+  r.sock.destroy();
+  await s.close();
+});
+
+test('peer-to-peer: a first FPDU that is not the negotiated RTR is refused unread with MPA 2/0/7, and only its connection ends', async (t) => {
+  const s = await server({}, 1);
+  // [what the initiator sends first, given a Write target region of the responder's]
+  const wrong: [string, (stag: number, to: bigint) => Buffer][] = [
+    ['a Send with data', () => fpdu(ddpUntaggedSend(Buffer.from('early'), { msn: 1 }))],
+    ['an RDMA Write with data', (stag, to) => fpdu(ddpTagged(0, stag, to, Buffer.from('early')))],
+    [
+      'a zero-length Send (an RTR kind not negotiated)',
+      () => fpdu(ddpUntaggedSend(Buffer.alloc(0), { msn: 1 })),
+    ],
+    [
+      'a zero-length Read Request (an RTR kind not negotiated)',
+      () => fpdu(ddpReadRequest(1, { sinkStag: 0, sinkTo: 0n, size: 0, srcStag: 0, srcTo: 0n })),
+    ],
+    [
+      'a zero-length Write that is not a last segment',
+      () => fpdu(ddpTagged(0, 0, 0n, Buffer.alloc(0), false)),
+    ],
+  ];
+  for (const [name, first] of wrong) {
+    const r = await raw(s.port);
+    r.sock.write(P2P_WRITE_RTR);
+    await r.waitFor(P2P_REPLY);
+    const ev0 = s.events.events.length;
+    const conn = await until(() => s.conn(), 'the connection');
+    const target = conn.qp.pd.registerMemory(
+      Buffer.alloc(64, 0xee),
+      Access.LOCAL_WRITE | Access.REMOTE_WRITE,
+    );
+    r.sock.write(first(target.rkey, target.iova));
+    const term = await until(() => parseFpdus(r.got().subarray(P2P_REPLY))[0], `${name}: the Terminate`);
+    t.deepEqual(term.terminate, [2, 0, 7], `${name}: MPA, no matching RTR option`);
+    t.is(term.payload.readUInt32BE(0) & 0xffff, 0, `${name}: an MPA error carries no headers`);
+    t.is(parseFpdus(r.got().subarray(P2P_REPLY)).length, 1, `${name}: nothing else was sent`);
+    const ev = await until(
+      () => s.events.events.slice(ev0).find((e) => e.type === CmEventType.DISCONNECTED),
+      `${name}: DISCONNECTED`,
+    );
+    t.like(ev.terminate, { local: true, layer: 2, type: 0, code: 7 });
+    t.like(ev.error, { code: 'MPA_RTR_MISMATCH' }, `${name}: a typed error`);
+    t.true(
+      target.buffer.every((b) => b === 0xee),
+      `${name}: nothing placed`,
+    );
+    const [wc] = await s.cq.take(1);
+    t.is(wc.status, WcStatus.WR_FLUSH_ERR, `${name}: the Receive was flushed, not filled`);
+    r.sock.destroy();
+  }
+  // The listener and the next connection are untouched.
+  const r = await raw(s.port);
+  r.sock.write(P2P_WRITE_RTR);
+  await r.waitFor(P2P_REPLY);
+  r.sock.write(Buffer.concat([writeRtr(), fpdu(ddpUntaggedSend(Buffer.from('fine'), { msn: 1 }))]));
+  const [ok] = await s.cq.take(1);
+  t.like(ok, { status: WcStatus.SUCCESS, byteLen: 4 });
+  r.sock.destroy();
+  await s.close();
+});
 
 test('FPDUs never exceed the configured MULPDU', async (t) => {
   const mulpdu = 200;
@@ -442,7 +614,7 @@ for (const len of [0, 1]) {
     // RFC 5044 §4: the pad and CRC follow the ULPDU, so one shorter than the DDP control bytes read with its
     // length cannot be parsed on; split or not, the verdict must be the same (it once hung when split).
     test(`a ULPDU of ${len} byte(s) terminates with LLP/MPA 2/0/3, ${pieces === 1 ? 'whole' : 'split across reads'}`, (t) =>
-      terminateFor(t, () => fpdu(Buffer.alloc(len)), [2, 0, 3], 2, pieces));
+      terminateFor(t, () => fpdu(Buffer.alloc(len)), [2, 0, 3], 0, 2, pieces));
     // Its CRC is not even looked at: the length is the error, and the verdict must not depend on
     // whether the frame arrived in one read (it was 2/0/2, a CRC error, then).
     test(`a ULPDU of ${len} byte(s) with a bad CRC also terminates with 2/0/3, ${pieces === 1 ? 'whole' : 'split across reads'}`, (t) =>
@@ -454,14 +626,15 @@ for (const len of [0, 1]) {
           return f;
         },
         [2, 0, 3],
+        0,
         2,
         pieces,
       ));
   }
 }
 
-/** A raw TCP listener playing the MPA responder (revision 1) to one of our initiators. */
-async function rawResponder(): Promise<{
+/** A raw TCP listener playing the MPA responder to one of our initiators, answering with `reply`. */
+async function rawResponder(reply = mpaReply({ revision: 1 })): Promise<{
   port: number;
   peer: () => Promise<{ sock: net.Socket; stream: () => Buffer }>;
   close: () => void;
@@ -476,10 +649,10 @@ async function rawResponder(): Promise<{
     sock.on('error', () => {});
     sock.on('data', (d: Buffer) => {
       buf = Buffer.concat([buf, d]);
-      if (!answered && buf.length >= 20) {
+      if (!answered && buf.length >= 20 && buf.length >= 20 + buf.readUInt16BE(18)) {
         answered = true;
-        buf = buf.subarray(20);
-        sock.write(mpaReply({ revision: 1 }));
+        buf = buf.subarray(20 + buf.readUInt16BE(18));
+        sock.write(reply);
         resolvePeer({ sock, stream: () => buf });
       }
     });
@@ -488,8 +661,19 @@ async function rawResponder(): Promise<{
   return { port: (server.address() as net.AddressInfo).port, peer: () => ready, close: () => server.close() };
 }
 
-/** A soft client connected to `port` (ESTABLISHED): its PD, one CQ for both queues, and the connection. */
-async function softClient(port: number): Promise<{ pd: ProtectionDomain; cq: CqWatcher; conn: Connection }> {
+/** A soft client connected to `port` (ESTABLISHED): its PD, one CQ for both queues, the connection, its events. */
+async function softClient(
+  port: number,
+): Promise<{ pd: ProtectionDomain; cq: CqWatcher; conn: Connection; events: EventLog }> {
+  const c = await softConnect(port);
+  await c.events.wait(CmEventType.ESTABLISHED);
+  return c;
+}
+
+/** A soft client connecting to `port`, not yet established (see `softClient`). */
+async function softConnect(
+  port: number,
+): Promise<{ pd: ProtectionDomain; cq: CqWatcher; conn: Connection; events: EventLog }> {
   const dev = await createSoftProvider().openDevice();
   const pd = dev.allocPd();
   const cq = new CqWatcher(dev.createCq(16));
@@ -503,8 +687,7 @@ async function softClient(port: number): Promise<{ pd: ProtectionDomain; cq: CqW
     cap: { maxSendWr: 8, maxRecvWr: 8, maxSendSge: 1, maxRecvSge: 1 },
     onEvent: events.handler,
   });
-  await events.wait(CmEventType.ESTABLISHED);
-  return { pd, cq, conn };
+  return { pd, cq, conn, events };
 }
 
 async function until<T>(f: () => T | undefined, what: string): Promise<T> {
@@ -516,6 +699,54 @@ async function until<T>(f: () => T | undefined, what: string): Promise<T> {
     await new Promise((r) => setTimeout(r, 5));
   }
 }
+
+test('peer-to-peer initiator: a reply that names no RTR we offered fails the connect with MPA 2/0/7', async (t) => {
+  const reply = (irdWord: number, ordWord: number) => enhanced(mpaReply, irdWord, ordWord);
+  const cases: [string, Buffer][] = [
+    ['the zero-length Read RTR', reply(0x8000 | 8, 0x4000 | 8)],
+    ['the zero-length Send RTR', reply(0xc000 | 8, 8)],
+    ['no RTR at all', reply(0x8000 | 8, 8)],
+  ];
+  for (const [name, answer] of cases) {
+    const responder = await rawResponder(answer);
+    const { conn, events } = await softConnect(responder.port);
+    const peer = await responder.peer();
+    const ev = await events.wait(CmEventType.CONNECT_ERROR);
+    t.like(ev.error, { code: 'MPA_RTR_MISMATCH' }, `${name}: a typed error`);
+    t.false(
+      events.events.some((e) => e.type === CmEventType.ESTABLISHED),
+      `${name}: never established`,
+    );
+    const frames = await until(() => {
+      const f = parseFpdus(peer.stream());
+      return f.length > 0 ? f : undefined;
+    }, `${name}: the Terminate`);
+    t.deepEqual(
+      frames.map((f) => f.terminate),
+      [[2, 0, 7]],
+      `${name}: only a Terminate, MPA no matching RTR option`,
+    );
+    t.is(conn.qp.state, QpState.ERR, `${name}: the QP is in error`);
+    conn.destroy();
+    peer.sock.destroy();
+    responder.close();
+  }
+});
+
+test('peer-to-peer initiator: a reply choosing the Write RTR gets a zero-length Write first', async (t) => {
+  const responder = await rawResponder(enhanced(mpaReply, 0x8000 | 8, 0x8000 | 8));
+  const { conn } = await softClient(responder.port);
+  const peer = await responder.peer();
+  const [first] = await until(() => {
+    const f = parseFpdus(peer.stream());
+    return f.length > 0 ? f : undefined;
+  }, 'the RTR');
+  t.like(first, { tagged: true, last: true, opcode: 0 });
+  t.is(first.payload.length, 0);
+  conn.destroy();
+  peer.sock.destroy();
+  responder.close();
+});
 
 test('a Read Response must fill its Read sink from its offset to its size: otherwise DDP 1/1/1 and nothing placed', async (t) => {
   type Read = { sinkStag: number; sinkTo: bigint; size: number };
@@ -608,9 +839,10 @@ test('a Read Response waiting for the socket while its region is revoked never l
   }
   await new Promise((res) => setTimeout(res, 200));
   const stag = src.rkey;
-  r.sock.write(
-    fpdu(ddpReadRequest(1, { sinkStag: 0xabcd00, sinkTo: 0n, size: 64, srcStag: stag, srcTo: src.iova })),
+  const request = fpdu(
+    ddpReadRequest(1, { sinkStag: 0xabcd00, sinkTo: 0n, size: 64, srcStag: stag, srcTo: src.iova }),
   );
+  r.sock.write(request);
   await new Promise((res) => setTimeout(res, 200));
   // The owner is done with those bytes: it revokes the region's keys and reuses the memory.
   src.rekey();
@@ -621,9 +853,63 @@ test('a Read Response waiting for the socket while its region is revoked never l
     return f.some((x) => x.terminate) ? f : undefined;
   }, 'the Terminate');
   t.is(frames.filter((f) => f.tagged && f.opcode === 2).length, 0, 'no Read Response');
-  t.deepEqual(frames.find((f) => f.terminate)?.terminate, [0, 1, 0], 'RDMAP: invalid STag');
+  const term = frames.find((f) => f.terminate);
+  t.deepEqual(term?.terminate, [0, 1, 0], 'RDMAP: invalid STag');
+  // RFC 5040 §4.8: the Terminate names the Read Request it refuses, as it arrived: M D R, the request's MPA
+  // length, its DDP header and its Read Request header (detected when the response was due, long after).
+  const body = term?.payload ?? Buffer.alloc(0);
+  t.is(body.readUInt32BE(0) & 0xffff, M | D | R);
+  t.deepEqual(body.subarray(4), carried(request, M | D | R));
   r.sock.destroy();
   await s.close();
+});
+
+test('a received Terminate is reported with its layer/type/code and the headers it carries', async (t) => {
+  const send = fpdu(ddpUntaggedSend(Buffer.from('hello'), { msn: 7 }));
+  const write = fpdu(ddpTagged(0, 0x9900, 0x5n, Buffer.from('zz')));
+  // [what it terminated, layer/type/code, Hdrct, the frame that caused it, in how many pieces it arrives]
+  const cases: [string, [number, number, number], number, Buffer, number][] = [
+    ['an untagged Send', [1, 2, 3], M | D, send, 1],
+    ['a tagged Write', [1, 1, 0], M | D, write, 1],
+    ['a Read Request, split across reads', [0, 1, 0], M | D | R, readRequest(3), 4],
+    ['a frame with a bad CRC (no headers)', [2, 0, 2], 0, send, 1],
+  ];
+  for (const [name, [layer, type, code], hdrct, offending, pieces] of cases) {
+    const responder = await rawResponder();
+    const { conn, events } = await softClient(responder.port);
+    const peer = await responder.peer();
+    const control = Buffer.alloc(4);
+    control.writeUInt32BE(((layer << 28) | (type << 24) | (code << 16) | hdrct) >>> 0);
+    const headers = carried(offending, hdrct);
+    const term = fpdu(ddpUntaggedSend(Buffer.concat([control, headers]), { msn: 1, qn: 2, opcode: 7 }));
+    const step = Math.ceil(term.length / pieces);
+    for (let at = 0; at < term.length; at += step) {
+      if (at > 0) await new Promise((res) => setTimeout(res, 20));
+      peer.sock.write(term.subarray(at, at + step));
+    }
+    const ev = await events.wait(CmEventType.DISCONNECTED);
+    t.like(ev.terminate, { local: false, layer, type, code }, `${name}: layer/type/code as today`);
+    const err = ev.error as TerminateError;
+    t.is(err?.code, 'IWARP_TERMINATE', `${name}: a typed error`);
+    t.false(err.local);
+    t.true(err.message.includes(ev.terminate?.name ?? '?'), `${name}: the message names the cause`);
+    t.deepEqual(
+      err.headers,
+      hdrct === 0
+        ? { hdrct }
+        : {
+            hdrct,
+            ddpSegmentLength: offending.readUInt16BE(0),
+            ddpHeader: headers.subarray(2, offending[2] & 0x80 ? 16 : 20),
+            ...(hdrct & R ? { rdmapHeader: offending.subarray(20, 48) } : {}),
+          },
+      `${name}: the terminated segment's headers`,
+    );
+    t.like(err.details, { layer, type, code, hdrct: hdrct & R ? 'MDR' : hdrct ? 'MD-' : '---' });
+    conn.destroy();
+    peer.sock.destroy();
+    responder.close();
+  }
 });
 
 test('a local protection error does not take back the WRs posted before it: they are sent and succeed', async (t) => {

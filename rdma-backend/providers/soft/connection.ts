@@ -16,9 +16,9 @@ import {
 } from '../../verbs/index.js';
 import type { SoftCq } from './cq.js';
 import type { SoftPd } from './memory.js';
-import { decodeMpa, encodeMpa, irdOf, type MpaFrame, mpaFrameLength } from './mpa.js';
+import { decodeMpa, encodeMpa, irdOf, MpaError, type MpaFrame, mpaFrameLength } from './mpa.js';
 import { type QpOwner, SoftQp, type StreamParams } from './qp.js';
-import type { TerminateCause } from './terminate.js';
+import { Term, type TerminateCause } from './terminate.js';
 import {
   MPA_MAX_PRIVATE_DATA,
   MPA_V2_IRD_ORD_MASK,
@@ -215,13 +215,15 @@ export class SoftConnection implements Connection, QpOwner {
     }
     let ord = rev === 2 ? this.myOrd : Math.min(this.myOrd, this.ctx.options.defaultOrd);
     let sendRtr = false;
+    let rtrRefused = false;
     if (reply.enhanced) {
       ord = Math.min(this.myOrd, irdOf(reply.enhanced.irdWord));
-      sendRtr =
-        (reply.enhanced.irdWord & MPA_V2_PEER_TO_PEER) !== 0 &&
-        (reply.enhanced.ordWord & MPA_V2_ZERO_LENGTH_WRITE_RTR) !== 0;
+      // RFC 6581 §5: a peer-to-peer reply names the RTR, one of those we offered: we offer only the
+      // zero-length RDMA Write. None, or the Send or Read one, is no matching RTR option.
+      const p2p = (reply.enhanced.irdWord & MPA_V2_PEER_TO_PEER) !== 0;
+      sendRtr = p2p && (reply.enhanced.ordWord & MPA_V2_ZERO_LENGTH_WRITE_RTR) !== 0;
+      rtrRefused = p2p && !sendRtr;
     }
-    this.phase = 'up';
     const params: StreamParams = {
       crc: reply.crc,
       mulpdu: this.ctx.options.mulpdu,
@@ -229,7 +231,26 @@ export class SoftConnection implements Connection, QpOwner {
       ird: this.myIrd,
       waitForPeerFirst: false,
       sendRtr,
+      expectRtr: false,
     };
+    if (rtrRefused) {
+      // As Linux siw does, the responder is told why with a Terminate (MPA 2/0/7); the QP frames it and
+      // closes the stream, and `onStreamDead` turns that into this connect's CONNECT_ERROR.
+      const words = reply.enhanced as { irdWord: number; ordWord: number };
+      this.qp.start(this.socket as net.Socket, params, undefined);
+      this.qp.fatal(
+        Term.MPA_NO_MATCHING_RTR,
+        true,
+        undefined,
+        new MpaError(
+          'MPA_RTR_MISMATCH',
+          'MPA reply refused: peer-to-peer mode without the zero-length RDMA Write RTR we offered (RFC 6581 §5)',
+          { irdWord: words.irdWord, ordWord: words.ordWord },
+        ),
+      );
+      return;
+    }
+    this.phase = 'up';
     this.qp.start(this.socket as net.Socket, params, leftover);
     this.emit({ type: CmEventType.ESTABLISHED, privateData: reply.privateData });
   }
@@ -309,10 +330,11 @@ export class SoftConnection implements Connection, QpOwner {
     const crc = req.crc || this.ctx.options.crc;
     let ord = this.myOrd;
     let enhanced: MpaFrame['enhanced'];
+    let writeRtr = false;
     if (req.enhanced) {
       ord = Math.min(this.myOrd, irdOf(req.enhanced.irdWord));
       const p2p = (req.enhanced.irdWord & MPA_V2_PEER_TO_PEER) !== 0;
-      const writeRtr = p2p && (req.enhanced.ordWord & MPA_V2_ZERO_LENGTH_WRITE_RTR) !== 0;
+      writeRtr = p2p && (req.enhanced.ordWord & MPA_V2_ZERO_LENGTH_WRITE_RTR) !== 0;
       enhanced = {
         irdWord: (p2p ? MPA_V2_PEER_TO_PEER : 0) | this.myIrd,
         ordWord: (writeRtr ? MPA_V2_ZERO_LENGTH_WRITE_RTR : 0) | ord,
@@ -333,10 +355,19 @@ export class SoftConnection implements Connection, QpOwner {
     this.phase = 'up';
     const leftover = this.hs;
     this.hs = Buffer.alloc(0);
-    // RFC 5044 §7.1.2: the responder sends no FPDU before the initiator's first one arrived.
+    // RFC 5044 §7.1.2: the responder sends no FPDU before the initiator's first one arrived; in
+    // peer-to-peer mode that one must be the RTR the reply chose (RFC 6581 §5), or the stream ends.
     this.qp.start(
       socket,
-      { crc, mulpdu: this.ctx.options.mulpdu, ord, ird: this.myIrd, waitForPeerFirst: true, sendRtr: false },
+      {
+        crc,
+        mulpdu: this.ctx.options.mulpdu,
+        ord,
+        ird: this.myIrd,
+        waitForPeerFirst: true,
+        sendRtr: false,
+        expectRtr: writeRtr,
+      },
       leftover,
     );
     this.emit({ type: CmEventType.ESTABLISHED, privateData: req.privateData });
@@ -357,6 +388,12 @@ export class SoftConnection implements Connection, QpOwner {
   onStreamDead(detail: { terminate?: { local: boolean } & TerminateCause; error?: Error }): void {
     if (this.disconnected) return;
     this.disconnected = true;
+    if (this.phase === 'connecting') {
+      // The MPA reply was refused after the QP took the socket to send a Terminate: the connect failed.
+      this.phase = 'dead';
+      this.emit({ type: CmEventType.CONNECT_ERROR, error: detail.error });
+      return;
+    }
     this.phase = 'dead';
     if (this.destroyed) return;
     const t = detail.terminate;

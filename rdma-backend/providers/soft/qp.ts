@@ -36,11 +36,23 @@ import {
 import type { SoftCq } from './cq.js';
 import { crc32c } from './crc32c.js';
 import type { SoftMr, SoftPd, StagTable } from './memory.js';
-import { describeTerminate, Layer, remoteStatusFor, Term, type TerminateCause } from './terminate.js';
+import { MpaError } from './mpa.js';
+import {
+  describeTerminate,
+  Layer,
+  parseTerminateHeaders,
+  remoteStatusFor,
+  Term,
+  type TerminateCause,
+  TerminateError,
+  terminateHdrct,
+} from './terminate.js';
 import { TxFramer } from './tx.js';
 import {
   DDP_LAST,
   DDP_TAGGED,
+  DDP_TAGGED_HEADER,
+  DDP_UNTAGGED_HEADER,
   DDP_VERSION,
   MPA_CRC_SIZE,
   MPA_LENGTH_SIZE,
@@ -52,7 +64,12 @@ import {
   RDMAP_VERSION,
   READ_REQUEST_BODY,
   TAGGED_HEADER,
+  TERM_HDRCT_D,
+  TERM_HDRCT_M,
+  TERM_HDRCT_R,
+  TERM_SEGMENT_LENGTH,
   TERMINATE_CONTROL,
+  TERMINATE_MAX_ULPDU,
   UNTAGGED_HEADER,
 } from './wire.js';
 
@@ -67,6 +84,11 @@ export interface StreamParams {
   waitForPeerFirst: boolean;
   /** Send a zero-length RDMA Write as Ready-To-Receive first (MPA v2 peer-to-peer, RFC 6581 §6). */
   sendRtr: boolean;
+  /**
+   * The peer's first FPDU must be the RTR the reply negotiated, a zero-length RDMA Write (MPA v2
+   * peer-to-peer responder, RFC 6581 §5): anything else is refused unread (`checkRtr`).
+   */
+  expectRtr: boolean;
 }
 
 /** Callbacks into the owning connection. */
@@ -137,6 +159,8 @@ class ReadResponseJob {
   sinkStag = 0;
   sinkToHi = 0;
   sinkToLo = 0;
+  /** The Read Request's MSN (a Terminate for it rebuilds its headers, see `readRequestHeaders`). */
+  msn = 0;
 }
 
 const RX_HEADER = 0;
@@ -170,6 +194,16 @@ function headerLengthOf(ctrl: number, rdmap: number): number {
  */
 function copySmall(src: Buffer, from: number, n: number, dst: Buffer, to: number): void {
   for (let k = 0; k < n; k++) dst[to + k] = src[from + k];
+}
+
+/**
+ * Bytes of a terminated FPDU's start (`offending`: MPA length, DDP header, RDMAP header) that a Terminate
+ * with Hdrct `hdrct` carries after its control word (RFC 5040 §4.8).
+ */
+function terminatedLength(offending: Buffer | undefined, hdrct: number): number {
+  if (offending === undefined || (hdrct & TERM_HDRCT_D) === 0) return 0;
+  const ddp = offending[2] & DDP_TAGGED ? DDP_TAGGED_HEADER : DDP_UNTAGGED_HEADER;
+  return TERM_SEGMENT_LENGTH + ddp + (hdrct & TERM_HDRCT_R ? READ_REQUEST_BODY : 0);
 }
 
 export class SoftQp implements QueuePair {
@@ -240,6 +274,8 @@ export class SoftQp implements QueuePair {
   private pendingError: TerminateCause | undefined;
   private pendingRecvStatus = 0;
   private readonly small = Buffer.alloc(64);
+  /** A Read Request's FPDU start rebuilt for the Terminate that names it (see `readRequestHeaders`). */
+  private readonly rebuilt = Buffer.alloc(UNTAGGED_HEADER + READ_REQUEST_BODY);
   /** Where the work request being framed stands in its scatter-gather list (see `emitPayload`). */
   private txSge = 0;
   private txSgeOff = 0;
@@ -433,7 +469,7 @@ export class SoftQp implements QueuePair {
           : undefined;
       if (revoked !== undefined) {
         this.irqFree.push(job);
-        this.fatal(revoked, true);
+        this.fatal(revoked, true, this.readRequestHeaders(job));
         return;
       }
       this.emitReadResponse(job);
@@ -712,17 +748,58 @@ export class SoftQp implements QueuePair {
     } while (off < job.length);
   }
 
-  private emitTerminate(c: TerminateCause): void {
+  /**
+   * Frames the Terminate for `c` (RFC 5040 §4.8). `offending` holds the start of the received FPDU that
+   * caused it (MPA length, DDP header, RDMAP header: `hdr`'s layout), or is undefined when no received
+   * segment did (a local error). The Terminate Control word's Hdrct bits say which of those headers follow
+   * it (`terminateHdrct`); they are copied as received, the MPA length standing for the DDP Segment Length
+   * (a DDP segment is an MPA ULPDU, RFC 5044 §4.1). Returns the Hdrct bits.
+   */
+  private emitTerminate(c: TerminateCause, offending: Buffer | undefined): number {
     const fr = this.framer as TxFramer;
-    const hdr = UNTAGGED_HEADER - 2 + TERMINATE_CONTROL;
-    const at = fr.begin(hdr, hdr);
+    let hdrct = offending === undefined ? 0 : terminateHdrct(c, offending[2], offending[3]);
+    // A MULPDU below 70 bytes has no room for the Read Request header: it is left out, R says so.
+    if (hdrct & TERM_HDRCT_R && TERMINATE_MAX_ULPDU > (this.params as StreamParams).mulpdu) {
+      hdrct &= ~TERM_HDRCT_R;
+    }
+    const copied = terminatedLength(offending, hdrct);
+    const ulpdu = DDP_UNTAGGED_HEADER + TERMINATE_CONTROL + copied;
+    const at = fr.begin(ulpdu, ulpdu);
     this.writeUntagged(at, Op.TERMINATE, true, QN_TERMINATE, this.txMsn[QN_TERMINATE]++, 0, 0);
-    // RFC 5040 §4.8 Terminate Control: layer(4) etype(4) code(8) M D R (3) reserved(13); no headers copied.
+    // Terminate Control: layer(4) etype(4) code(8) M D R(3) reserved(13).
+    const p = at + DDP_UNTAGGED_HEADER;
     fr.slab.writeUInt32BE(
-      (((c.layer & 0xf) << 28) | ((c.type & 0xf) << 24) | ((c.code & 0xff) << 16)) >>> 0,
-      at + UNTAGGED_HEADER - 2,
+      (((c.layer & 0xf) << 28) | ((c.type & 0xf) << 24) | ((c.code & 0xff) << 16) | hdrct) >>> 0,
+      p,
     );
+    if (copied > 0) copySmall(offending as Buffer, 0, copied, fr.slab, p + TERMINATE_CONTROL);
     fr.end();
+    return hdrct;
+  }
+
+  /**
+   * The FPDU start of the Read Request behind `job`, rebuilt (into a buffer of the QP's own) for a
+   * Terminate sent when its response is refused later (RFC 5040 §4.8: the terminated DDP and RDMAP headers).
+   * The fields are those it arrived with; only its reserved bits, which nothing keeps, read as zero.
+   */
+  private readRequestHeaders(job: ReadResponseJob): Buffer {
+    const b = this.rebuilt;
+    b.writeUInt16BE(DDP_UNTAGGED_HEADER + READ_REQUEST_BODY, 0);
+    b[2] = DDP_LAST | DDP_VERSION;
+    b[3] = (RDMAP_VERSION << 6) | Op.READ_REQUEST;
+    b.writeUInt32BE(0, 4);
+    b.writeUInt32BE(QN_READ_REQUEST, 8);
+    b.writeUInt32BE(job.msn, 12);
+    b.writeUInt32BE(0, 16);
+    const p = UNTAGGED_HEADER;
+    b.writeUInt32BE(job.sinkStag, p);
+    b.writeUInt32BE(job.sinkToHi, p + 4);
+    b.writeUInt32BE(job.sinkToLo, p + 8);
+    b.writeUInt32BE(job.length, p + 12);
+    b.writeUInt32BE(job.srcStag, p + 16);
+    b.writeUInt32BE(job.srcHi, p + 20);
+    b.writeUInt32BE(job.offset, p + 24);
+    return b;
   }
 
   // ---------------------------------------------------------------- receive
@@ -858,6 +935,11 @@ export class SoftQp implements QueuePair {
           : UNTAGGED_HEADER;
     if (this.hdrNeed < fullHeader) {
       this.pendingError = Term.MPA_FPDU_START;
+      return;
+    }
+    if (!this.gotFirstFpdu && (this.params as StreamParams).expectRtr && !this.isWriteRtr(tagged, op)) {
+      // Nothing of it is placed or delivered: the stream ends when its CRC has been checked.
+      this.pendingError = Term.MPA_NO_MATCHING_RTR;
       return;
     }
     if ((ctrl & 3) !== DDP_VERSION) {
@@ -1008,6 +1090,15 @@ export class SoftQp implements QueuePair {
     }
   }
 
+  /**
+   * Is the segment whose header was just read the RTR a zero-length RDMA Write is (RFC 6581 §5/§6): a
+   * tagged Write, last, no payload? Its STag and tagged offset are not looked at: a zero-length Write's
+   * are not validated (RFC 5040 §5.1), and initiators differ (Linux siw sends STag 1, we send 0).
+   */
+  private isWriteRtr(tagged: boolean, op: number): boolean {
+    return tagged && op === Op.WRITE && this.rxLast && this.payloadLeft === 0;
+  }
+
   /** Tagged-buffer checks for a Write target / Read Response sink (DDP codes) or a Read source (RDMAP codes). */
   private checkTagged(
     stag: number,
@@ -1076,7 +1167,12 @@ export class SoftQp implements QueuePair {
     }
     if (this.pendingError !== undefined) {
       if (this.pendingRecvStatus !== 0) this.failRecvHead(this.pendingRecvStatus);
-      this.fatal(this.pendingError, true);
+      this.fatal(
+        this.pendingError,
+        true,
+        this.hdr,
+        this.pendingError === Term.MPA_NO_MATCHING_RTR ? this.rtrError() : undefined,
+      );
       return;
     }
     const h = this.hdr;
@@ -1101,7 +1197,7 @@ export class SoftQp implements QueuePair {
         if (size > 0) {
           const err = this.checkTagged(srcStag, srcHi, srcLo, size, Access.REMOTE_READ, true);
           if (err !== undefined) {
-            this.fatal(err, true);
+            this.fatal(err, true, this.hdr);
             return;
           }
           mr = this.stags.byIndex(srcStag);
@@ -1115,20 +1211,54 @@ export class SoftQp implements QueuePair {
         job.sinkStag = h.readUInt32BE(p);
         job.sinkToHi = h.readUInt32BE(p + 4);
         job.sinkToLo = h.readUInt32BE(p + 8);
+        job.msn = h.readUInt32BE(12);
         if (size === 0) job.mr = { buffer: Buffer.alloc(0) } as SoftMr;
         this.irq.push(job);
         this.schedulePump();
         return;
       }
       case Op.TERMINATE: {
+        // The headers of the segment it terminated follow the control word (RFC 5040 §4.8); they are
+        // reported with it, as far as they fit `small` (64 bytes; the largest, M D R, take 48).
         const w = h.readUInt32BE(UNTAGGED_HEADER);
         const c = describeTerminate(w >>> 28, (w >>> 24) & 0xf, (w >>> 16) & 0xff);
-        this.fatal(c, false);
+        const hdrct = w & (TERM_HDRCT_M | TERM_HDRCT_D | TERM_HDRCT_R);
+        this.fatal(
+          c,
+          false,
+          undefined,
+          new TerminateError(false, c, parseTerminateHeaders(hdrct, this.small, this.smallPos)),
+        );
         return;
       }
       default:
         return;
     }
+  }
+
+  /** The error a responder reports when the peer's first FPDU (in `hdr`) was not the negotiated RTR. */
+  private rtrError(): MpaError {
+    const h = this.hdr;
+    const c = Term.MPA_NO_MATCHING_RTR;
+    return new MpaError(
+      'MPA_RTR_MISMATCH',
+      "the initiator's first FPDU is not the zero-length RDMA Write RTR negotiated for peer-to-peer mode (RFC 6581 §5)",
+      {
+        expected: {
+          tagged: true,
+          opcode: Op.WRITE,
+          last: true,
+          ulpduLength: TAGGED_HEADER - MPA_LENGTH_SIZE,
+        },
+        got: {
+          tagged: (h[2] & DDP_TAGGED) !== 0,
+          opcode: h[3] & 0x0f,
+          last: this.rxLast,
+          ulpduLength: this.ulpduLen,
+        },
+        terminate: { layer: c.layer, type: c.type, code: c.code },
+      },
+    );
   }
 
   private completeRecv(): void {
@@ -1141,7 +1271,7 @@ export class SoftQp implements QueuePair {
       const mr = this.stags.byIndex(stag);
       if (mr === undefined || mr.rkey !== stag || !mr.valid || mr.pd !== this.pd) {
         this.failRecvHead(WcStatus.REM_INV_REQ_ERR);
-        this.fatal(Term.RDMAP_CANNOT_INVALIDATE, true);
+        this.fatal(Term.RDMAP_CANNOT_INVALIDATE, true, this.hdr);
         return;
       }
       mr.invalidate();
@@ -1214,19 +1344,27 @@ export class SoftQp implements QueuePair {
   // ---------------------------------------------------------------- errors
 
   /**
-   * The stream is over. `local` = we detected `cause` (send a Terminate first, RFC 5040 §6.1);
-   * otherwise the peer terminated with `cause`. Flushes every WR and tells the owner.
+   * The stream is over. `local` = we detected `cause` (send a Terminate first, RFC 5040 §6.1), caused by
+   * the received segment whose FPDU starts `offending` (`hdr`'s layout) if one did; otherwise the peer
+   * terminated with `cause`. Flushes every WR and tells the owner, with `error` or else a TerminateError
+   * naming the Terminate sent and the headers it carried.
    */
-  fatal(cause: TerminateCause, local: boolean): void {
+  fatal(cause: TerminateCause, local: boolean, offending?: Buffer, error?: Error): void {
     if (this.dead) return;
     this.dead = true;
     this.state = QpState.ERR;
     const socket = this.socket;
+    let reported = error;
     if (local && socket !== undefined && !socket.destroyed && this.framer !== undefined) {
       // The frames built for the WRs already processed go first, the Terminate after them (the last FPDU
       // of the stream); `flushAll` leaves those WRs to complete as the socket takes them.
       this.flushFramer();
-      this.emitTerminate(cause);
+      const hdrct = this.emitTerminate(cause, offending);
+      const sent =
+        offending === undefined
+          ? { hdrct }
+          : parseTerminateHeaders(hdrct, offending, terminatedLength(offending, hdrct));
+      reported ??= new TerminateError(true, cause, sent);
       const chunks = this.framer.take();
       for (const c of chunks) socket.write(c);
       socket.end();
@@ -1236,7 +1374,7 @@ export class SoftQp implements QueuePair {
       socket.destroy();
     }
     this.flushAll(local ? undefined : cause);
-    this.owner.onStreamDead({ terminate: { local, ...cause } });
+    this.owner.onStreamDead({ terminate: { local, ...cause }, error: reported });
   }
 
   /** The connection ended without a Terminate (disconnect, peer closed, socket error). */

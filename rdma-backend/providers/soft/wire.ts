@@ -59,6 +59,22 @@ export const UNTAGGED_HEADER = 2 + 2 + 4 + 4 + 4 + 4; // 20
 export const READ_REQUEST_BODY = 4 + 8 + 4 + 4 + 8; // 28
 /** RFC 5040 §4.8: Terminate Control word. */
 export const TERMINATE_CONTROL = 4;
+/**
+ * RFC 5040 §4.8: the Hdrct bits of the Terminate Control word (bits 16-18 of it, big-endian): M = the
+ * DDP Segment Length field is valid, D = the terminated DDP header follows it, R = the terminated RDMAP
+ * header (an RDMA Read Request's) follows that.
+ */
+export const TERM_HDRCT_M = 0x8000;
+export const TERM_HDRCT_D = 0x4000;
+export const TERM_HDRCT_R = 0x2000;
+/** RFC 5040 §4.8: the DDP Segment Length field (the ULPDU_Length of the terminated FPDU, RFC 5044 §4.1). */
+export const TERM_SEGMENT_LENGTH = 2;
+/** RFC 5041 §4.2/§4.3: a DDP header without MPA's length: tagged 14 bytes, untagged 18. */
+export const DDP_TAGGED_HEADER = TAGGED_HEADER - MPA_LENGTH_SIZE; // 14
+export const DDP_UNTAGGED_HEADER = UNTAGGED_HEADER - MPA_LENGTH_SIZE; // 18
+/** The largest Terminate ULPDU: header, control, segment length, untagged DDP header, Read Request header. */
+export const TERMINATE_MAX_ULPDU =
+  DDP_UNTAGGED_HEADER + TERMINATE_CONTROL + TERM_SEGMENT_LENGTH + DDP_UNTAGGED_HEADER + READ_REQUEST_BODY; // 70
 
 /** Pad needed after a ULPDU of `ulpduLength` so that (2 + length + pad) is a multiple of 4. */
 export function mpaPad(ulpduLength: number): number {
