@@ -47,6 +47,7 @@ import {
   type FrontendHandler,
 } from '../tcp-frontend/server.js';
 import { BackchannelRelay, type BackchannelStats, createBackchannelStats } from './backchannel/relay.js';
+import { RoomParty } from './reply-room.js';
 import { type CallRecord, CallRecordPool, type ConnectionLink } from './router/call-record.js';
 import { CallStats } from './router/call-stats.js';
 import { ClientRing, ClientState } from './router/client-state.js';
@@ -667,7 +668,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     }
     const client = r.client as ClientState;
     client.inFlight--;
-    client.conn.releaseReplyRoom(r.replyReserve);
+    client.conn.releaseReplyRoom(r.replyReserve, RoomParty.RDMA);
     r.replyReserve = 0;
     this.stats.inFlight--;
   }
@@ -699,7 +700,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
    */
   private watchUnsent(client: ClientState): void {
     const conn = client.conn;
-    conn.awaitReplyRoom();
+    conn.awaitReplyRoom(RoomParty.RDMA);
     if (conn.replyReserved === 0 && conn.unsentBytes > 0) conn.notifyWhenFlushed();
   }
 

@@ -218,27 +218,30 @@ export class FrontendConnection {
 
   /**
    * Whoever holds this client back for reply room (`replyReserved` + `unsentBytes` too large) asks to be
-   * told when another party releases room: the next `releaseReplyRoom` calls the handler's `onWritable`
-   * once, on a later tick (never from inside the release, which happens in the middle of handling a
-   * reply). Ask again if the room is still short then.
+   * told when another party releases room. `party` is the caller's own bit (the dispatcher's routes each
+   * have one): a release by another party then calls the handler's `onWritable` once, on a later tick
+   * (never from inside the release, which happens in the middle of handling a reply); a party's own
+   * releases do not, since it sees them itself. Ask again if the room is still short then.
    */
-  awaitReplyRoom(): void {
-    this.roomAwaited = true;
+  awaitReplyRoom(party: number): void {
+    this.roomAwaited |= party;
   }
 
   reserveReplyRoom(bytes: number): void {
     this.replyReserved += bytes;
   }
 
-  releaseReplyRoom(bytes: number): void {
+  /** `bytes` of reply room back, released by `party` (its bit, as given to `awaitReplyRoom`). */
+  releaseReplyRoom(bytes: number, party: number): void {
     this.replyReserved -= bytes;
-    if (this.roomAwaited && !this.closed) {
-      this.roomAwaited = false;
+    if ((this.roomAwaited & ~party) !== 0 && !this.closed) {
+      this.roomAwaited = 0;
       process.nextTick(notifyRoomReleased, this);
     }
   }
 
-  private roomAwaited = false;
+  /** The parties waiting for reply room (`awaitReplyRoom` bits). */
+  private roomAwaited = 0;
 
   /** @internal `releaseReplyRoom`'s deferred notification. */
   roomReleased(): void {

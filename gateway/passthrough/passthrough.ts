@@ -23,6 +23,7 @@ import type { CallReceiver, RpcClientError, RpcReply } from '../../tcp-frontend/
 import { DEFAULT_MAX_RECORD_SIZE } from '../../tcp-frontend/record-marking.js';
 import type { FrontendConnection } from '../../tcp-frontend/server.js';
 import type { Route, TcpRouteHandler } from '../dispatch.js';
+import { RoomParty } from '../reply-room.js';
 import { type UpstreamLink, UpstreamPool, type UpstreamPoolOptions } from './upstream-pool.js';
 
 export interface PassthroughStats {
@@ -194,12 +195,12 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
     if (!this.holding.has(conn) && conn.replyReserved + conn.unsentBytes >= this.maxReplyBytes) {
       this.holding.add(conn);
       conn.hold();
-      conn.awaitReplyRoom();
+      conn.awaitReplyRoom(RoomParty.TCP);
     }
   }
 
   private unreserve(conn: FrontendConnection): void {
-    conn.releaseReplyRoom(this.replyUnit);
+    conn.releaseReplyRoom(this.replyUnit, RoomParty.TCP);
     this.release(conn);
   }
 
@@ -211,7 +212,7 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
   private release(conn: FrontendConnection): void {
     if (conn.closed || !this.holding.has(conn)) return;
     if (conn.replyReserved + conn.unsentBytes >= this.maxReplyBytes) {
-      conn.awaitReplyRoom();
+      conn.awaitReplyRoom(RoomParty.TCP);
       if (conn.replyReserved === 0) conn.notifyWhenFlushed();
       return;
     }

@@ -75,10 +75,10 @@ function world(maxReplyBytes = 150) {
     reserveReplyRoom(bytes: number) {
       this.replyReserved += bytes;
     },
-    releaseReplyRoom(bytes: number) {
+    releaseReplyRoom(bytes: number, _party: number) {
       this.replyReserved -= bytes;
     },
-    awaitReplyRoom() {},
+    awaitReplyRoom(_party: number) {},
     destroy(code: string) {
       this.destroyed = code;
       this.closeReason = { code, message: code, details: {} };
