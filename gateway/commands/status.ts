@@ -91,6 +91,19 @@ export function adminTargets(o: {
   return o.role !== undefined ? [roleDefault(o.role)] : ROLES.map(roleDefault);
 }
 
+/** `url` as it may be printed: without the user-info part (a password given in `--url`). */
+export function shownUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.username === '' && u.password === '') return url;
+    u.username = '';
+    u.password = '';
+    return u.toString().replace(/\/$/, '');
+  } catch {
+    return url.replace(/\/\/[^/@]*@/, '//');
+  }
+}
+
 async function get(
   base: string,
   path: string,
@@ -108,16 +121,21 @@ async function get(
     const code = (err as { code?: string }).code ?? 'ERR';
     throw new StatusError(
       'ERR_STATUS_UNREACHABLE',
-      `cannot reach the admin API at ${base}: ${code} ${(err as Error).message}`,
-      { url: base, errno: code },
+      `cannot reach the admin API at ${shownUrl(base)}: ${code} ${(err as Error).message}`,
+      { url: shownUrl(base), errno: code },
     );
   }
   const body = await res.body.json().catch(() => undefined);
   if (res.statusCode >= 400 && !(path === '/readyz' && res.statusCode === 503)) {
     const msg = (body as { message?: string } | undefined)?.message ?? '';
-    throw new StatusError('ERR_STATUS_HTTP', `${path}: HTTP ${res.statusCode} ${msg}`.trim(), {
-      status: res.statusCode,
-    });
+    throw new StatusError(
+      'ERR_STATUS_HTTP',
+      `${shownUrl(base)}${path}: HTTP ${res.statusCode} ${msg}`.trim(),
+      {
+        status: res.statusCode,
+        url: shownUrl(base),
+      },
+    );
   }
   return { status: res.statusCode, body };
 }
@@ -166,13 +184,21 @@ async function reach(
     try {
       return { target, info: await get(target.url, '/v1/server-info', token, timeoutMs), refused };
     } catch (err) {
-      if (!(err instanceof StatusError) || err.details.errno !== 'ECONNREFUSED' || targets.length === 1) {
-        throw err;
+      if (!(err instanceof StatusError)) throw err;
+      if (err.details.errno !== 'ECONNREFUSED' || targets.length === 1) {
+        // Say which address answered (or failed) and why that one: after a fallback, a 401 from the
+        // responder's default must not read as the gateway's.
+        if (target.from === '--url' && refused.length === 0) throw err;
+        const also = refused.map((t) => `; nothing listens at ${t.from}, ${shownUrl(t.url)}`).join('');
+        throw new StatusError(err.code, `${err.message} (asked ${target.from}${also})`, {
+          ...err.details,
+          refused: refused.map((t) => shownUrl(t.url)),
+        });
       }
       refused.push(target);
     }
   }
-  const tried = refused.map((t) => `${t.url} (${t.from})`);
+  const tried = refused.map((t) => `${shownUrl(t.url)} (${t.from})`);
   throw new StatusError(
     'ERR_STATUS_UNREACHABLE',
     `cannot reach the admin API: nothing listens at ${tried.join(' nor at ')}; start the process, or say where with --url, --role or admin.listen`,
@@ -220,7 +246,7 @@ export async function status(
   ]);
   if (format === 'json') {
     stdout.write(
-      `${JSON.stringify({ serverInfo: info.body, readiness: ready.body, upstreams: ups.body, clients: clients.body, stats: stats.body, adminApi }, null, 2)}\n`,
+      `${JSON.stringify({ serverInfo: info.body, readiness: ready.body, upstreams: ups.body, clients: clients.body, stats: stats.body, adminApi: printable(adminApi) }, null, 2)}\n`,
     );
     return isReady ? 0 : EXIT_NOT_READY;
   }
@@ -265,15 +291,24 @@ interface ReachedAdminApi {
   refused: AdminTarget[];
 }
 
+/** `at` for the JSON output: its addresses without user-info (`shownUrl`). */
+function printable(at: ReachedAdminApi): ReachedAdminApi {
+  return {
+    url: shownUrl(at.url),
+    from: at.from,
+    refused: at.refused.map((t) => ({ url: shownUrl(t.url), from: t.from })),
+  };
+}
+
 function heading(
   at: ReachedAdminApi,
   i: ServerInfoBody,
   r: { ready: boolean; reason: string | null },
 ): string[] {
   // An address given with --url is the user's own; any other is said where it came from.
-  const refused = at.refused.map((t) => `; nothing listens at ${t.from}, ${t.url}`).join('');
+  const refused = at.refused.map((t) => `; nothing listens at ${t.from}, ${shownUrl(t.url)}`).join('');
   return [
-    `rpcrdma-gateway ${i.version} (${i.role}) at ${at.url} — ${i.state}, up ${duration(i.uptimeSeconds)}, Node ${i.node}, provider ${i.provider}`,
+    `rpcrdma-gateway ${i.version} (${i.role}) at ${shownUrl(at.url)} — ${i.state}, up ${duration(i.uptimeSeconds)}, Node ${i.node}, provider ${i.provider}`,
     ...(at.from === '--url' ? [] : [`  admin API: ${at.from}${refused}`]),
     `  ready:     ${r.ready ? 'yes' : `NO — ${r.reason}`}`,
     `  listening: ${i.listening.join(', ') || '(not bound)'}   ${i.role === 'responder' ? 'upstream' : 'peer'}: ${i.peer}`,
@@ -301,7 +336,7 @@ async function responderStatus(
   const exit = o.isReady ? 0 : EXIT_NOT_READY;
   if (o.format === 'json') {
     ctx.stdout.write(
-      `${JSON.stringify({ serverInfo: o.info.body, readiness: o.ready.body, connections: conns.body, stats: stats.body, adminApi: o.adminApi }, null, 2)}\n`,
+      `${JSON.stringify({ serverInfo: o.info.body, readiness: o.ready.body, connections: conns.body, stats: stats.body, adminApi: printable(o.adminApi) }, null, 2)}\n`,
     );
     return exit;
   }

@@ -9,7 +9,7 @@ import test from 'ava';
 import { createAdminApi } from '../../admin-api/index.js';
 import { main } from '../../gateway/cli.js';
 import { parseArgs } from '../../gateway/cli-args.js';
-import { adminUrl, type RoleDefaults, status } from '../../gateway/commands/status.js';
+import { adminUrl, type RoleDefaults, shownUrl, status } from '../../gateway/commands/status.js';
 import { loadConfig } from '../../gateway/config.js';
 import { defaultRegistry } from '../../gateway/gateway.js';
 import { Responder } from '../../gateway/responder.js';
@@ -125,7 +125,11 @@ test('the default URL comes from admin.listen, wildcards becoming loopback', (t)
 // Where `status` looks without --url.
 
 /** A real responder (soft provider, nothing connected) with its admin API on `listen`. */
-async function withResponder(listen: HostPort, fn: (url: string) => Promise<void>): Promise<void> {
+async function withResponder(
+  listen: HostPort,
+  fn: (url: string) => Promise<void>,
+  admin: { token?: string; protectReads?: boolean } = {},
+): Promise<void> {
   const { logger } = captureLogger();
   const device = await createSoftProvider().openDevice();
   const upstream = { host: '127.0.0.1', port: await freePort() };
@@ -140,17 +144,19 @@ async function withResponder(listen: HostPort, fn: (url: string) => Promise<void
   await responder.listen();
   try {
     const config = testConfig();
-    const admin = await startResponderAdmin(responder, listen, {
+    config.admin.token = admin.token ?? config.admin.token;
+    config.admin.protectReads = admin.protectReads ?? config.admin.protectReads;
+    const started = await startResponderAdmin(responder, listen, {
       config,
       logger,
       upstream: `127.0.0.1:${upstream.port}`,
       provider: 'soft',
     });
-    if (!admin) throw new Error('no admin API');
+    if (!started) throw new Error('no admin API');
     try {
-      await fn(admin.url);
+      await fn(started.url);
     } finally {
-      await admin.api.close();
+      await started.api.close();
     }
   } finally {
     await responder.close(1000);
@@ -198,6 +204,34 @@ test('nothing configured, only a responder running: status falls back to the res
       refused: [{ url: gateway, from: "the gateway's default" }],
     });
   });
+});
+
+test('after a fallback, an error of the address that answered says which one it was and what was refused', async (t) => {
+  const gateway = await refusingUrl();
+  await withResponder(
+    { host: '127.0.0.1', port: 0 },
+    async (responder) => {
+      const err = await t.throwsAsync(statusWith([], { gateway, responder }), { code: 'ERR_STATUS_HTTP' });
+      t.is(
+        err?.message,
+        `${responder}/v1/server-info: HTTP 401 a bearer token is required (asked the responder's default; nothing listens at the gateway's default, ${gateway})`,
+      );
+    },
+    { token: 'sekrit', protectReads: true },
+  );
+});
+
+test('a password in --url is never printed', async (t) => {
+  const port = (await refusingUrl()).slice('http://127.0.0.1:'.length);
+  const err = await t.throwsAsync(
+    statusWith(['--url', `http://admin:s3cretpw@127.0.0.1:${port}`], { gateway: 'x', responder: 'y' }),
+    { code: 'ERR_STATUS_UNREACHABLE' },
+  );
+  t.false(err?.message.includes('s3cretpw'), err?.message);
+  t.true(err?.message.startsWith(`cannot reach the admin API at http://127.0.0.1:${port}: ECONNREFUSED`));
+  t.false(JSON.stringify((err as unknown as { details: unknown }).details).includes('s3cretpw'));
+  t.is(shownUrl('http://u:p@[::1]:9249/x'), 'http://[::1]:9249/x');
+  t.is(shownUrl('http://127.0.0.1:9249'), 'http://127.0.0.1:9249');
 });
 
 test('nothing configured and nothing running: one error naming both addresses tried', async (t) => {
