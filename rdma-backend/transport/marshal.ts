@@ -255,24 +255,32 @@ function insertPositionOk(at: number, prev: number, inlineLength: number): boole
 }
 
 /**
- * Whether every Read chunk of a call goes back into the bytes it was taken from — the inline bytes of an
- * MSG call, the Position-Zero chunk's data of a NOMSG call — by the rules `checkInsertPosition` applies
- * at reassembly. Checked before anything is pulled: a responder refuses a call it cannot parse "without
- * processing it in any way except to send an error message" (seed 004 §5.3.3, RDMA2_ERR_BAD_XDR).
+ * Where each Read chunk of a call goes back into the bytes it was taken from — the inline bytes of an MSG
+ * call, the Position-Zero chunk's data of a NOMSG call — computed once per call. A position is an offset
+ * in the unreduced Payload stream (RFC 8166 §3.4.5); in the reduced bytes each earlier chunk's data and
+ * pad is not there. Chunk `i`'s offset in those bytes goes to `ats[i]` (a NOMSG call's `ats[0]`, its
+ * Position-Zero chunk, is 0). Returns whether
+ * every one fits by the rules `checkInsertPosition` applies at reassembly. Checked before anything is
+ * pulled: a responder refuses a call it cannot parse "without processing it in any way except to send an
+ * error message" (seed 004 §5.3.3, RDMA2_ERR_BAD_XDR).
  */
-export function readChunkPositionsFit(
+export function readChunkInsertPoints(
   positions: readonly number[],
   lengths: readonly number[],
   nomsg: boolean,
   inlineLength: number,
+  ats: number[],
 ): boolean {
+  ats.length = 0;
   const first = nomsg ? 1 : 0;
+  if (nomsg) ats.push(0);
   const base = nomsg ? lengths[0] : inlineLength;
   let removed = 0;
   let prev = 0;
   for (let i = first; i < positions.length; i++) {
     const at = positions[i] - removed;
     if (!insertPositionOk(at, prev, base)) return false;
+    ats.push(at);
     prev = at;
     removed += itemSpan(lengths[i]);
   }
@@ -314,20 +322,6 @@ export function reassemble(
     }
   }
   inline.copy(out, o, src);
-  return out;
-}
-
-/**
- * Converts Read chunk positions (offsets in the unreduced Payload stream, RFC 8166 §3.4.5) into offsets in
- * the reduced inline bytes: each earlier chunk's data and pad is not there.
- */
-export function inlinePositions(positions: readonly number[], lengths: readonly number[]): number[] {
-  const out: number[] = new Array(positions.length);
-  let removed = 0;
-  for (let i = 0; i < positions.length; i++) {
-    out[i] = positions[i] - removed;
-    removed += itemSpan(lengths[i]);
-  }
   return out;
 }
 

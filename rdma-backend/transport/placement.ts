@@ -98,7 +98,7 @@ export class ReplyPlacement {
 /**
  * Lays out a call whose Read chunks are still to be pulled: the complete message in a buffer from
  * `allocate`, with the inline bytes copied in and each chunk's XDR pad zeroed. `ats` are the chunks'
- * offsets in the inline bytes (`inlinePositions`), checked here, so a malformed call is refused before
+ * offsets in the inline bytes (`readChunkInsertPoints`), checked here, so a malformed call is refused before
  * anything is read. The window where chunk `i`'s data goes is pushed to `windows` in order.
  */
 export function layOutCall(

@@ -32,11 +32,10 @@ import {
   type DdpItem,
   groupReadChunks,
   type Insert,
-  inlinePositions,
   mergeHandle,
   planReply,
   type ReadChunks,
-  readChunkPositionsFit,
+  readChunkInsertPoints,
   reassemble,
   scatter,
 } from './marshal.js';
@@ -110,7 +109,7 @@ export function onInboundCall(
       return;
     }
   }
-  if (positions.length > 0 && !readChunkPositionsFit(positions, lengths, nomsg, end - payloadOffset)) {
+  if (positions.length > 0 && !readChunkInsertPoints(positions, lengths, nomsg, end - payloadOffset, ATS)) {
     // Refused before a single RDMA Read: a bogus position must not cost us the peer's chunk data first.
     sendError(c, xid, version, { code: errorFor(version, RDMA2_ERR_BAD_XDR) });
     return;
@@ -121,13 +120,7 @@ export function onInboundCall(
     if (positions.length > 0 && c.registrar.registersCallerMemory && placeable(lengths)) {
       // The call is laid out now and its Read chunk data pulled straight into place (`layOutCall`).
       try {
-        placed = layOutCall(
-          buf.subarray(payloadOffset, end),
-          inlinePositions(positions, lengths),
-          lengths,
-          c.allocateCall,
-          WINDOWS,
-        );
+        placed = layOutCall(buf.subarray(payloadOffset, end), ATS, lengths, c.allocateCall, WINDOWS);
       } catch {
         truncate(WINDOWS);
         sendError(c, xid, version, { code: errorFor(version, RDMA2_ERR_BAD_XDR) });
@@ -153,6 +146,7 @@ export function onInboundCall(
       nomsg,
       positions,
       lengths,
+      ats: [],
       sinks: [],
       placed,
       windows: [],
@@ -190,6 +184,10 @@ export function onInboundCall(
     return;
   }
   truncate(ib.windows);
+  // Where each chunk's data goes back, kept for reassembly when it is not placed.
+  const ats = ib.ats;
+  truncate(ats);
+  for (let ci = 0; ci < ATS.length; ci++) ats.push(ATS[ci]);
   for (let ci = 0; ci < positions.length; ci++) {
     let sink: ChunkRegistration | null = null;
     if (placed !== null) {
@@ -214,6 +212,11 @@ export function onInboundCall(
 
 /** Scratch for `layOutCall`'s windows while one call is taken in (synchronous). */
 const WINDOWS: Buffer[] = [];
+/** Scratch for the Read chunks' insertion points while one call is taken in (`readChunkInsertPoints`). */
+const ATS: number[] = [];
+/** Scratch for `reassemble`'s inserts (synchronous); the pooled Insert objects are reused. */
+const INSERTS: Insert[] = [];
+const INSERT_POOL: Insert[] = [];
 
 /** Whether a call's Read chunks are worth placing: large enough in all, and none empty (no window). */
 function placeable(lengths: readonly number[]): boolean {
@@ -278,12 +281,23 @@ export function deliverInbound(c: RpcRdmaConnection, ib: InboundState): void {
         base = ib.sinks[0].mr.buffer.subarray(0, ib.lengths[0]);
         first = 1;
       }
-      const ats = inlinePositions(ib.positions.slice(first), ib.lengths.slice(first));
-      const inserts: Insert[] = [];
+      truncate(INSERTS);
       for (let ci = first; ci < ib.positions.length; ci++) {
-        inserts.push({ at: ats[ci - first], data: ib.sinks[ci].mr.buffer.subarray(0, ib.lengths[ci]) });
+        let ins = INSERT_POOL[ci];
+        if (ins === undefined) {
+          ins = { at: 0, data: EMPTY };
+          INSERT_POOL[ci] = ins;
+        }
+        ins.at = ib.ats[ci];
+        ins.data = ib.sinks[ci].mr.buffer.subarray(0, ib.lengths[ci]);
+        INSERTS.push(ins);
       }
-      message = reassemble(base, inserts, c.allocateCall);
+      try {
+        message = reassemble(base, INSERTS, c.allocateCall);
+      } finally {
+        for (let i = 0; i < INSERTS.length; i++) INSERTS[i].data = EMPTY; // no reference to a sink kept
+        truncate(INSERTS);
+      }
       if (message === base) message = copyOf(base, c.allocateCall);
     }
   } catch {

@@ -59,6 +59,8 @@ export interface InboundState {
   nomsg: boolean;
   positions: number[];
   lengths: number[];
+  /** Where each Read chunk's data goes back into the inline bytes (`readChunkInsertPoints`; pooled). */
+  ats: number[];
   sinks: ChunkRegistration[];
   /** The call laid out with its Read chunk data placed in it (`layOutCall`), or null (pooled sinks). */
   placed: Buffer | null;
