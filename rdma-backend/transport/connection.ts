@@ -975,6 +975,8 @@ export class RpcRdmaConnection {
         // the next one still goes
       }
     }
+    // Nothing polls a destroyed CQ: the completion objects go (a closed connection may stay referenced).
+    this.wcs.length = 0;
   }
 
   /** Calls waiting for a credit (or for negotiation to finish). */

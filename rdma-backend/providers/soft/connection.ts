@@ -431,6 +431,7 @@ export class SoftConnection implements Connection, QpOwner {
     else this.socket?.destroy();
     this.phase = 'dead';
     this.qp.release();
+    this.socket = undefined;
     this.ctx.track(this, false);
   }
 }

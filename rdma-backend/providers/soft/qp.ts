@@ -274,8 +274,6 @@ export class SoftQp implements QueuePair {
   private pendingError: TerminateCause | undefined;
   private pendingRecvStatus = 0;
   private readonly small = Buffer.alloc(64);
-  /** A Read Request's FPDU start rebuilt for the Terminate that names it (see `readRequestHeaders`). */
-  private readonly rebuilt = Buffer.alloc(UNTAGGED_HEADER + READ_REQUEST_BODY);
   /** Where the work request being framed stands in its scatter-gather list (see `emitPayload`). */
   private txSge = 0;
   private txSgeOff = 0;
@@ -554,7 +552,9 @@ export class SoftQp implements QueuePair {
   private written(err?: Error | null): void {
     const end = this.batchEnds.shift();
     if (end === undefined || (err && !this.dead)) return; // a failed socket: `closeStream` flushes
-    const taken = !err && !(this.dead && (this.socket as Socket).destroyed);
+    // A released QP dropped its socket (`release`): its completions go nowhere, so `taken` is moot then.
+    const socket = this.socket;
+    const taken = !err && !(this.dead && (socket === undefined || socket.destroyed));
     for (let p = this.sqFlushed; p < end; p++) {
       const e = this.sq[p % this.sq.length];
       if (e.state === ST_SENT && e.opcode !== WrOpcode.RDMA_READ) {
@@ -778,12 +778,13 @@ export class SoftQp implements QueuePair {
   }
 
   /**
-   * The FPDU start of the Read Request behind `job`, rebuilt (into a buffer of the QP's own) for a
-   * Terminate sent when its response is refused later (RFC 5040 §4.8: the terminated DDP and RDMAP headers).
+   * The FPDU start of the Read Request behind `job`, rebuilt for a Terminate sent when its response is
+   * refused later (RFC 5040 §4.8: the terminated DDP and RDMAP headers).
    * The fields are those it arrived with; only its reserved bits, which nothing keeps, read as zero.
    */
   private readRequestHeaders(job: ReadResponseJob): Buffer {
-    const b = this.rebuilt;
+    // Once in the QP's life (the stream ends with this Terminate): not worth a buffer kept per QP.
+    const b = Buffer.alloc(UNTAGGED_HEADER + READ_REQUEST_BODY);
     b.writeUInt16BE(DDP_UNTAGGED_HEADER + READ_REQUEST_BODY, 0);
     b[2] = DDP_LAST | DDP_VERSION;
     b[3] = (RDMAP_VERSION << 6) | Op.READ_REQUEST;
@@ -1444,6 +1445,13 @@ export class SoftQp implements QueuePair {
     if (this.sqHead === this.sqTail) this.sq = [];
     this.sqFree = [];
     if (this.rqHead === this.rqTail) this.rq = [];
+    if (this.dead) {
+      // A dead stream frames and reads nothing more: its 64 KiB slab and its socket (with the socket's
+      // read buffer) go, for a QP object that stays reachable. Writes still pending keep their own
+      // references until the socket lets them go.
+      this.framer = undefined;
+      this.socket = undefined;
+    }
     this.pd.qpCount--;
     (this.sendCq as SoftCq).users--;
     (this.recvCq as SoftCq).users--;
