@@ -338,7 +338,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       counted = true;
       r.gss = h.isGss;
       this.registry.planCall(h, r.plan);
-      const op = sessionOpOfCall(h, record, r.sessionId);
+      const op = sessionOpOfCall(h, record, r.sessionId, r.plan);
       r.sessionOp = op;
       if (op === SessionOp.SEQUENCE || op === SessionOp.BIND || op === SessionOp.DESTROY) {
         r.session = this.sessions.find(r.sessionId);

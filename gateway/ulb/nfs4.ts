@@ -655,9 +655,13 @@ export function createNfs4Ulb(options: Partial<UlbOptions> = {}): UpperLayerBind
       walk.results = 0;
       walk.replyWalkable = true;
       walk.resultsOpen = true;
+      plan.destroySessionArgs = -1;
       let complete = true;
       for (let i = 0; i < ops; i++) {
-        if (!walkOp(r.u32('argop'), r, plan, opts)) {
+        const op = r.u32('argop');
+        // Noted for the session classifier (sessions.ts), which would otherwise walk the call again.
+        if (op === Nfs4Op.DESTROY_SESSION && plan.destroySessionArgs < 0) plan.destroySessionArgs = r.pos;
+        if (!walkOp(op, r, plan, opts)) {
           complete = false;
           break;
         }

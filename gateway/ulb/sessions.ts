@@ -13,7 +13,7 @@
 import type { RpcCallHeader } from '../../rpc/message.js';
 import { gssPlainBody, NFS_PROGRAM } from './nfs3.js';
 import { findOpArgs, findResult, Nfs4Op, RESULT_HIDDEN } from './nfs4.js';
-import { successResultsOffset } from './types.js';
+import { NOT_WALKED, successResultsOffset, type UlbCallPlan } from './types.js';
 
 /** `sessionid4` is `opaque[NFS4_SESSIONID_SIZE]`, NFS4_SESSIONID_SIZE = 16 (RFC 8881 §3.1). */
 export const SESSIONID_SIZE = 16;
@@ -64,8 +64,15 @@ function afterTag(b: Buffer, at: number, end: number): number {
 /**
  * Classifies an NFSv4.1+ COMPOUND call (`call` is its decoded header, `msg` the whole call). When the
  * call names a session (SEQUENCE, BIND_CONN_TO_SESSION, DESTROY_SESSION) the id is copied to `out[0,16)`.
+ * `plan`, when given, is the plan the registry has just made for this very call: where its walk found a
+ * DESTROY_SESSION (`destroySessionArgs`) spares a second walk of the COMPOUND.
  */
-export function sessionOpOfCall(call: RpcCallHeader, msg: Buffer, out: Buffer): SessionOp {
+export function sessionOpOfCall(
+  call: RpcCallHeader,
+  msg: Buffer,
+  out: Buffer,
+  plan?: UlbCallPlan,
+): SessionOp {
   if (call.prog !== NFS_PROGRAM || call.vers !== 4 || call.proc !== NFSPROC4_COMPOUND) return SessionOp.NONE;
   if (call.isGss && !gssPlainBody(call)) return SessionOp.NONE; // integrity/privacy bodies are wrapped
   const end = msg.length;
@@ -87,8 +94,13 @@ export function sessionOpOfCall(call: RpcCallHeader, msg: Buffer, out: Buffer): 
       // associated with the session being destroyed" (ibid.). Whether it is last is the server's to
       // check (NFS4ERR_NOT_ONLY_OP), and the reply says whether it succeeded. An operation before it that
       // the NFSv4 walker cannot step over hides it: the call is then the SEQUENCE it starts with.
+      const walked = plan === undefined ? NOT_WALKED : plan.destroySessionArgs;
       const d =
-        numOps >= 2 ? findOpArgs(msg, p + SEQUENCE_ARGS_SIZE, end, numOps - 1, Nfs4Op.DESTROY_SESSION) : -1;
+        numOps < 2
+          ? -1
+          : walked !== NOT_WALKED
+            ? walked
+            : findOpArgs(msg, p + SEQUENCE_ARGS_SIZE, end, numOps - 1, Nfs4Op.DESTROY_SESSION);
       if (d >= 0 && d + SESSIONID_SIZE <= end) {
         msg.copy(out, 0, d, d + SESSIONID_SIZE);
         return SessionOp.DESTROY;

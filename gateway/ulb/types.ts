@@ -47,6 +47,9 @@ export const DdpKind = {
 } as const;
 export type DdpKind = (typeof DdpKind)[keyof typeof DdpKind];
 
+/** `UlbCallPlan.destroySessionArgs` when no binding walked the call's operations. */
+export const NOT_WALKED = -2;
+
 /**
  * The binding's answer for one call. Caller-owned and reused: the gateway keeps one per pooled call
  * record and passes `args`, `results` and `maxReplySize` straight to the transport, so the plan must
@@ -77,6 +80,13 @@ export class UlbCallPlan {
   proc = 0;
   /** NFSv4: the COMPOUND's minor version (the reply walk needs it); else -1. */
   minorVersion = -1;
+  /**
+   * NFSv4: where the arguments of the COMPOUND's first DESTROY_SESSION start (just after its opcode), as
+   * the binding's walk found it; -1 when the walk found none before it ended; NOT_WALKED when no walk
+   * ran (another binding, or none, planned the call). Read by `sessionOpOfCall`, which then need not walk
+   * the COMPOUND a second time.
+   */
+  destroySessionArgs = NOT_WALKED;
 
   private readonly pool: DdpArgItem[] = [];
 
@@ -93,6 +103,7 @@ export class UlbCallPlan {
     this.vers = call.vers;
     this.proc = call.proc;
     this.minorVersion = -1;
+    this.destroySessionArgs = NOT_WALKED;
   }
 
   addArg(offset: number, length: number): void {

@@ -145,6 +145,11 @@ test('NFSv4.1 sessions on the captured COMPOUNDs: DESTROY_SESSION found behind r
     const k = sessionOpOfCall(sessionHeader, call, sid);
     t.is(k, walkable ? SessionOp.DESTROY : SessionOp.SEQUENCE);
     t.deepEqual(sid, walkable ? SID_B : SID_A);
+    // With the plan (as the router calls it), the same answer without a second walk.
+    const planned = Buffer.alloc(16);
+    t.is(sessionOpOfCall(sessionHeader, call, planned, plan), k);
+    t.deepEqual(planned, sid);
+    t.is(plan.destroySessionArgs >= 0, walkable);
     if (k !== SessionOp.DESTROY) continue;
     found++;
     // Forgotten only after a COMPOUND that succeeded: a failed one stopped before DESTROY_SESSION.
@@ -166,10 +171,16 @@ test('NFSv4.1 sessions on mutated captured COMPOUNDs: never a throw, never an id
       const { call, reply } = compounds[m.which % compounds.length];
       const msg = mutate(call, sessionHeader.decode(call).bodyOffset, m);
       sessionHeader.decode(msg);
-      if (sessionOpOfCall(sessionHeader, msg, sid) === SessionOp.DESTROY) {
+      const k = sessionOpOfCall(sessionHeader, msg, sid);
+      if (k === SessionOp.DESTROY) {
         destroys++;
         if (msg.indexOf(sid) < 0) return false;
       }
+      // The plan's walk (as the router passes it) gives the same answer as the classifier's own walk.
+      registry.planCall(sessionHeader, plan);
+      const planned = Buffer.alloc(16);
+      if (sessionOpOfCall(sessionHeader, msg, planned, plan) !== k) return false;
+      if (k !== SessionOp.NONE && !planned.equals(sid)) return false;
       const r = mutate(reply, 24, m);
       for (const k of [SessionOp.SEQUENCE, SessionOp.CREATE, SessionOp.BIND]) sessionOfReply(r, k, sid);
       const named = Buffer.from(sid);
