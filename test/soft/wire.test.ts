@@ -554,6 +554,29 @@ test('peer-to-peer: a first FPDU that is not the negotiated RTR is refused unrea
   await s.close();
 });
 
+test('peer-to-peer: a Terminate as the first FPDU is the peer ending the connection, not a wrong RTR', async (t) => {
+  // RFC 6581 §9: an initiator may refuse the connection after the reply (e.g. MPA 2/0/6, insufficient
+  // IRD) with a Terminate before any RTR. It ends the connection with the peer's reason; none goes back.
+  const s = await server({}, 1);
+  const r = await raw(s.port);
+  r.sock.write(P2P_WRITE_RTR);
+  await r.waitFor(P2P_REPLY);
+  const ev0 = s.events.events.length;
+  const control = Buffer.alloc(4);
+  control.writeUInt32BE(((2 << 28) | (0 << 24) | (6 << 16)) >>> 0, 0);
+  r.sock.write(fpdu(ddpUntaggedSend(control, { msn: 1, qn: 2, opcode: 7 })));
+  const ev = await until(
+    () => s.events.events.slice(ev0).find((e) => e.type === CmEventType.DISCONNECTED),
+    'DISCONNECTED',
+  );
+  t.like(ev.terminate, { local: false, layer: 2, type: 0, code: 6 });
+  t.like(ev.error, { code: 'IWARP_TERMINATE' });
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  t.deepEqual(parseFpdus(r.got().subarray(P2P_REPLY)), [], 'no Terminate sent back');
+  r.sock.destroy();
+  await s.close();
+});
+
 test('FPDUs never exceed the configured MULPDU', async (t) => {
   const mulpdu = 200;
   const dev = await createSoftProvider({ mulpdu }).openDevice();

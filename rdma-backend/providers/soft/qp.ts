@@ -938,8 +938,16 @@ export class SoftQp implements QueuePair {
       this.pendingError = Term.MPA_FPDU_START;
       return;
     }
-    if (!this.gotFirstFpdu && (this.params as StreamParams).expectRtr && !this.isWriteRtr(tagged, op)) {
-      // Nothing of it is placed or delivered: the stream ends when its CRC has been checked.
+    if (
+      !this.gotFirstFpdu &&
+      (this.params as StreamParams).expectRtr &&
+      !this.isWriteRtr(tagged, op) &&
+      (tagged || op !== Op.TERMINATE)
+    ) {
+      // Nothing of it is placed or delivered: the stream ends when its CRC has been checked. A Terminate
+      // is the exception: an initiator may end the connection with one before any RTR (RFC 6581 §9 names
+      // its setup errors, e.g. insufficient IRD), and it is taken as what it is, not answered.
+
       this.pendingError = Term.MPA_NO_MATCHING_RTR;
       return;
     }
