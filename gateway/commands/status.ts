@@ -71,7 +71,10 @@ export function adminTargets(o: {
   loaded: (role: StatusRole) => LoadedConfig;
   defaults?: Partial<RoleDefaults>;
 }): AdminTarget[] {
-  if (o.url !== undefined) return [{ url: o.url.replace(/\/+$/, ''), from: '--url' }];
+  if (o.url !== undefined) {
+    checkUrlFlag(o.url);
+    return [{ url: o.url.replace(/\/+$/, ''), from: '--url' }];
+  }
   const configured = o.loaded(o.role ?? 'gateway');
   const listen = configured.config.admin.listen;
   if (listen === 'off') {
@@ -93,14 +96,39 @@ export function adminTargets(o: {
 
 /** `url` as it may be printed: without the user-info part (a password given in `--url`). */
 export function shownUrl(url: string): string {
+  let u: URL | undefined;
   try {
-    const u = new URL(url);
+    u = new URL(url);
+  } catch {
+    u = undefined;
+  }
+  if (u !== undefined && (u.protocol === 'http:' || u.protocol === 'https:')) {
     if (u.username === '' && u.password === '') return url;
     u.username = '';
     u.password = '';
     return u.toString().replace(/\/$/, '');
+  }
+  // Not a URL `status` would ask: nothing before the last '@' is shown (user-info, however malformed).
+  const at = url.lastIndexOf('@');
+  if (at < 0) return url;
+  const scheme = /^[a-z][a-z0-9+.-]*:\/\//i.exec(url)?.[0] ?? '';
+  return scheme + url.slice(at + 1);
+}
+
+/** Refuses a `--url` that is not an http(s) URL, without echoing it (it may hold a password). */
+function checkUrlFlag(url: string): void {
+  let u: URL | undefined;
+  try {
+    u = new URL(url);
   } catch {
-    return url.replace(/\/\/[^/@]*@/, '//');
+    u = undefined;
+  }
+  if (u === undefined || (u.protocol !== 'http:' && u.protocol !== 'https:') || u.hostname === '') {
+    throw new ConfigError(
+      'ERR_CONFIG_FLAG',
+      `--url: expected http://HOST:PORT or https://HOST:PORT, got ${shownUrl(url)}`,
+      { flag: 'url' },
+    );
   }
 }
 

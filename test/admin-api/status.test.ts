@@ -232,6 +232,13 @@ test('a password in --url is never printed', async (t) => {
   t.false(JSON.stringify((err as unknown as { details: unknown }).details).includes('s3cretpw'));
   t.is(shownUrl('http://u:p@[::1]:9249/x'), 'http://[::1]:9249/x');
   t.is(shownUrl('http://127.0.0.1:9249'), 'http://127.0.0.1:9249');
+  // A --url that is not an http(s) URL is refused (a usage error) without echoing what it holds.
+  for (const bad of ['http://u:pa/ss@127.0.0.1:9', 'http://u:p@ss@127.0.0.1:99999', 'u:s3cret@127.0.0.1:9']) {
+    const refused = await t.throwsAsync(statusWith(['--url', bad], { gateway: 'x', responder: 'y' }), {
+      code: 'ERR_CONFIG_FLAG',
+    });
+    t.false(/pa\/ss|p@ss|s3cret/.test(refused?.message ?? ''), refused?.message);
+  }
 });
 
 test('nothing configured and nothing running: one error naming both addresses tried', async (t) => {
