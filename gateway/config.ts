@@ -18,6 +18,7 @@ import { DEFAULT_FRONTEND_LIMITS } from '../tcp-frontend/limits.js';
 import { MAX_FRAGMENT_LENGTH } from '../tcp-frontend/record-marking.js';
 import { formatRoute, parseRoute, type Route } from './dispatch.js';
 import { programByName, programName, programNames } from './portmapper/programs.js';
+import { DEFAULT_MAX_CONNECTIONS as DEFAULT_RESPONDER_MAX_CONNECTIONS } from './responder.js';
 import { DEFAULT_MAX_REPLY_BYTES } from './router.js';
 
 /** The port NFS uses (RFC 7530 §3.1): the gateway is a drop-in NFS endpoint. */
@@ -62,7 +63,7 @@ export interface GatewayConfig {
     inlineReceive: number;
     holdTimeMs: number;
   };
-  responder: { listen: HostPort };
+  responder: { listen: HostPort; maxConnections: number };
   admin: {
     listen: HostPort | 'off';
     token: string;
@@ -250,6 +251,12 @@ export const CONFIG_SCHEMA: readonly KeyDef[] = [
     kind: { type: 'hostport', defaultPort: DEFAULT_RDMA_PORT },
     default: { host: '127.0.0.1', port: DEFAULT_RDMA_PORT },
     doc: 'Where `rpcrdma-gateway responder` accepts RPC-over-RDMA connections (the NFS/RDMA port 20049 by default).',
+  },
+  {
+    key: 'responder.maxConnections',
+    kind: { type: 'int', min: 1, max: 65_535 },
+    default: DEFAULT_RESPONDER_MAX_CONNECTIONS,
+    doc: 'RDMA connections the responder keeps open at once (each holds its registered buffers and an upstream TCP connection); one more is rejected at once (counted as refused, logged with REFUSED_MAX_CONNECTIONS). A gateway pool uses `rdma.poolSize` of them.',
   },
   {
     key: 'admin.listen',

@@ -16,6 +16,9 @@ import type { UlbRegistry } from './ulb/registry.js';
 
 export type { ResponderStats } from './responder/upstream-link.js';
 
+/** `ResponderOptions.maxConnections` (`responder.maxConnections`) when not given. */
+export const DEFAULT_MAX_CONNECTIONS = 256;
+
 export interface ResponderOptions {
   device: Device;
   /** Where to accept RPC-over-RDMA connections (port 0: any free port). */
@@ -29,6 +32,12 @@ export interface ResponderOptions {
   maxRecordSize?: number;
   /** After an RDMA connection ends, how long replies still due may take before the upstream is cut. */
   lingerMs?: number;
+  /**
+   * RDMA connections open at once (`responder.maxConnections`); one more is rejected at once. Each holds
+   * its registered buffers and an upstream TCP connection, so without a bound any host that reaches the
+   * port could make the responder hold them without limit. Default 256.
+   */
+  maxConnections?: number;
   logger?: Logger;
 }
 
@@ -57,6 +66,22 @@ export class Responder {
           // Draining (a rollout, the admin API) or closing: the gateway's pool tries its other peers or
           // backs off and comes again.
           this.stats.refused++;
+          request.reject();
+          return;
+        }
+        const open = this.openConnections();
+        const max = this.o.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
+        if (open >= max) {
+          this.stats.refused++;
+          this.log.warn(
+            {
+              reason: 'REFUSED_MAX_CONNECTIONS',
+              rdmaPeer: `${request.remoteAddress}:${request.remotePort}`,
+              open,
+              maxConnections: max,
+            },
+            'RDMA connection refused: the responder holds its maximum of connections',
+          );
           request.reject();
           return;
         }
@@ -150,6 +175,13 @@ export class Responder {
   /** The accepted connections' transport snapshots (counters prove which chunks were used). */
   connections(): ConnectionSnapshot[] {
     return this.connectionsServing().map((c) => c.snapshot);
+  }
+
+  /** RDMA connections accepted and not closed (`maxConnections` bounds them). */
+  private openConnections(): number {
+    let n = 0;
+    for (const l of this.links) if (l.conn && l.conn.state !== 'closed') n++;
+    return n;
   }
 
   /** The live RDMA connections (tests kill them to exercise failure handling). */

@@ -46,6 +46,7 @@ export async function responder(ctx: CommandContext): Promise<number> {
     device,
     host: config.responder.listen.host,
     port: config.responder.listen.port,
+    maxConnections: config.responder.maxConnections,
     upstream,
     registry: defaultRegistry(),
     transport,

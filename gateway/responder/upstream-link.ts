@@ -72,7 +72,7 @@ export interface ResponderStats {
   callbacksFailed: number;
   /** Connection requests the device could not accept (a resource limit): rejected, nothing kept. */
   acceptFailures: number;
-  /** Connection requests rejected because the responder was draining or closing. */
+  /** Connection requests rejected because the responder was draining, closing, or full (`maxConnections`). */
   refused: number;
   /** Gauges. */
   links: number;

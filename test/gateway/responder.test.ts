@@ -19,7 +19,7 @@ import {
 } from '../../rdma-backend/transport/index.js';
 import { frameRecord, RecordDecoder } from '../../tcp-frontend/record-marking.js';
 import { deviceRefusingRegistration } from '../helpers/refusing-device.js';
-import { encodeCall, waitFor } from './helpers.js';
+import { captureLogger, encodeCall, waitFor } from './helpers.js';
 
 const PROG = 0x20000077;
 const CB_PROG = 0x40000001;
@@ -304,4 +304,56 @@ test('a connection the device cannot accept is rejected at once, its upstream li
   await waitFor(() => outcomes.replies.length === 1, 'the next connection served');
   t.is(responder.stats.acceptFailures, 1);
   t.is(responder.stats.connections, 1);
+});
+
+test('at maxConnections one more RDMA connection is rejected at once, counted and logged; a closed one makes room', async (t) => {
+  const u = await upstream((s, record) =>
+    s.write(Buffer.concat(frameRecord(reply(record.readUInt32BE(0), Buffer.alloc(4))))),
+  );
+  const { logger, lines } = captureLogger();
+  const responder = new Responder({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port: 0,
+    upstream: { host: '127.0.0.1', port: u.port },
+    registry: defaultRegistry(),
+    lingerMs: 2000,
+    maxConnections: 2,
+    logger,
+  });
+  const { port } = await responder.listen();
+  const open: RpcRdmaConnection[] = [];
+  t.teardown(async () => {
+    for (const c of open) c.close();
+    await responder.close(1000);
+    u.server.close();
+    for (const s of u.sockets) s.destroy();
+  });
+  const connect = async (outcomes = new Outcomes()) =>
+    RpcRdmaConnection.connect({
+      device: await createSoftProvider().openDevice(),
+      host: '127.0.0.1',
+      port,
+      options: { peerKey: `responder-full-${port}` },
+      requester: outcomes,
+    });
+  open.push(await connect(), await connect());
+  const started = Date.now();
+  await t.throwsAsync(connect());
+  t.true(Date.now() - started < 5000, 'rejected, not left to time out');
+  t.is(responder.stats.refused, 1);
+  t.is(responder.stats.connections, 2);
+  const warn = lines.find((r) => r.reason === 'REFUSED_MAX_CONNECTIONS');
+  t.like(warn, { open: 2, maxConnections: 2 });
+
+  // The two accepted ones serve; once one closes, a new one is accepted and served.
+  const outcomes = new Outcomes();
+  (open.shift() as RpcRdmaConnection).close();
+  await waitFor(() => responder.rdmaConnections().length === 1, 'the closed connection gone');
+  const next = await connect(outcomes);
+  open.push(next);
+  next.submit(call(9));
+  await waitFor(() => outcomes.replies.length === 1, 'the new connection served');
+  t.is(responder.stats.connections, 3);
+  t.is(responder.stats.refused, 1);
 });
