@@ -89,3 +89,46 @@ export function selfMicrosByNode(profile: CpuProfile, skipMicros = 0): Map<numbe
   }
   return self;
 }
+
+/** One function's or file's share of what a profile counts (time, bytes). */
+export interface Ranked {
+  name: string;
+  amount: number;
+  share: number;
+}
+
+/**
+ * What a profile counts (self time, bytes allocated) summed per function (`frameLabel`) and per file
+ * (`shortUrl`), then ranked largest first with each one's share of the whole: the shape both summaries
+ * (CPU and allocation) print.
+ */
+export class FrameTotals {
+  total = 0;
+  private readonly byFunction = new Map<string, number>();
+  private readonly byFile = new Map<string, number>();
+
+  /** Counts `amount` in the total, and in the rankings unless `ranked` is false (V8's `(idle)`). */
+  add(cf: CallFrame, amount: number, ranked = true): void {
+    this.total += amount;
+    if (!ranked) return;
+    const fn = frameLabel(cf);
+    const file = shortUrl(cf.url);
+    this.byFunction.set(fn, (this.byFunction.get(fn) ?? 0) + amount);
+    this.byFile.set(file, (this.byFile.get(file) ?? 0) + amount);
+  }
+
+  functions(): Ranked[] {
+    return this.rank(this.byFunction);
+  }
+
+  files(): Ranked[] {
+    return this.rank(this.byFile);
+  }
+
+  private rank(m: Map<string, number>): Ranked[] {
+    const total = this.total;
+    return [...m.entries()]
+      .sort((a, b) => b[1] - a[1])
+      .map(([name, amount]) => ({ name, amount, share: total > 0 ? amount / total : 0 }));
+  }
+}

@@ -3,7 +3,7 @@
  * bytes allocated per function and per file. `allocation-sampler` writes them with the objects already
  * collected included, so a node's `selfSize` is V8's estimate of everything allocated there over the run.
  */
-import { type CallFrame, frameLabel, readProfileJson, shortUrl } from './cpuprofile.js';
+import { type CallFrame, FrameTotals, type Ranked, readProfileJson } from './cpuprofile.js';
 
 export interface HeapProfileNode {
   callFrame: CallFrame;
@@ -49,29 +49,22 @@ export function summariseAllocations(profile: HeapProfile): {
   functions: Allocated[];
   files: Allocated[];
 } {
-  const fn = new Map<string, number>();
-  const file = new Map<string, number>();
-  let total = 0;
+  const totals = new FrameTotals();
   // Iterative walk: a hostile or broken file cannot overflow the stack.
   const stack: Array<[HeapProfileNode, number]> = [[profile.head, 0]];
   while (stack.length > 0) {
     const [n, depth] = stack.pop() as [HeapProfileNode, number];
     if (depth > MAX_DEPTH) throw new Error(`heap profile deeper than ${MAX_DEPTH} frames`);
-    if (n.selfSize > 0) {
-      total += n.selfSize;
-      const key = frameLabel(n.callFrame);
-      const where = shortUrl(n.callFrame.url);
-      fn.set(key, (fn.get(key) ?? 0) + n.selfSize);
-      file.set(where, (file.get(where) ?? 0) + n.selfSize);
-    }
+    if (n.selfSize > 0) totals.add(n.callFrame, n.selfSize);
     for (const c of n.children) {
       if (!isNode(c)) throw new Error('heap profile node without callFrame, selfSize or children');
       stack.push([c, depth + 1]);
     }
   }
-  const sorted = (m: Map<string, number>) =>
-    [...m.entries()]
-      .sort((a, b) => b[1] - a[1])
-      .map(([name, bytes]) => ({ name, bytes, share: total > 0 ? bytes / total : 0 }));
-  return { total, functions: sorted(fn), files: sorted(file) };
+  const asBytes = (r: Ranked): Allocated => ({ name: r.name, bytes: r.amount, share: r.share });
+  return {
+    total: totals.total,
+    functions: totals.functions().map(asBytes),
+    files: totals.files().map(asBytes),
+  };
 }

@@ -11,11 +11,11 @@ import { basename, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
   type CpuProfile,
-  frameLabel,
+  FrameTotals,
   type ProfileNode,
+  type Ranked,
   readCpuProfile,
   selfMicrosByNode,
-  shortUrl,
 } from './cpuprofile.js';
 import { readHeapProfile, summariseAllocations } from './heapprofile.js';
 
@@ -29,25 +29,17 @@ export interface SelfTime {
 export function summarise(profile: CpuProfile): { total: number; functions: SelfTime[]; files: SelfTime[] } {
   const byId = new Map<number, ProfileNode>();
   for (const n of profile.nodes) byId.set(n.id, n);
-  const fn = new Map<string, number>();
-  const file = new Map<string, number>();
-  let total = 0;
+  const totals = new FrameTotals();
   for (const [id, dt] of selfMicrosByNode(profile)) {
     const node = byId.get(id);
-    if (!node) continue;
-    const cf = node.callFrame;
-    total += dt;
-    if (cf.functionName === '(idle)') continue;
-    const key = frameLabel(cf);
-    const where = shortUrl(cf.url);
-    fn.set(key, (fn.get(key) ?? 0) + dt);
-    file.set(where, (file.get(where) ?? 0) + dt);
+    if (node) totals.add(node.callFrame, dt, node.callFrame.functionName !== '(idle)');
   }
-  const sorted = (m: Map<string, number>) =>
-    [...m.entries()]
-      .sort((a, b) => b[1] - a[1])
-      .map(([name, micros]) => ({ name, micros, share: total > 0 ? micros / total : 0 }));
-  return { total, functions: sorted(fn), files: sorted(file) };
+  const asTime = (r: Ranked): SelfTime => ({ name: r.name, micros: r.amount, share: r.share });
+  return {
+    total: totals.total,
+    functions: totals.functions().map(asTime),
+    files: totals.files().map(asTime),
+  };
 }
 
 function percent(share: number): string {
