@@ -47,6 +47,20 @@ test.serial('allocBuffer returns zeroed addon memory of the exact size, accounte
   t.is(after.bytes, before.bytes + 2 * page, 'rounded up to whole pages (registration pins pages)');
 });
 
+test.serial(
+  'a teardown call that fails inside a release is counted per call with its errno, not lost',
+  (t) => {
+    const a = requireAddon();
+    // Without a device no ibv_* teardown runs here; the test hook records what a failing one records.
+    const before = a.teardownFailures().ibv_dereg_mr?.count ?? 0;
+    a.testing.recordTeardownFailure('ibv_dereg_mr', 16); // EBUSY: a memory window still bound
+    a.testing.recordTeardownFailure('ibv_dereg_mr', 22); // EINVAL
+    const after = a.teardownFailures();
+    t.deepEqual(after.ibv_dereg_mr, { count: before + 2, lastErrno: 'EINVAL' });
+    t.false('ibv_dealloc_pd' in after, 'a call that never failed is not listed');
+  },
+);
+
 test('only addon memory counts as registrable: never a Buffer pool slab or a plain ArrayBuffer', (t) => {
   const a = requireAddon();
   const pooled = Buffer.allocUnsafe(64);

@@ -12,7 +12,7 @@ namespace rdma_native {
 
 // Bumped whenever the JS-visible surface changes; the TypeScript wrapper refuses a different value so a
 // stale build is reported as such instead of failing in odd ways.
-constexpr uint32_t kAddonAbi = 1;
+constexpr uint32_t kAddonAbi = 2;  // 2: teardownFailures()
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   auto* data = new AddonData();
@@ -39,6 +39,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("allocBuffer", Napi::Function::New<AllocBuffer>(env, "allocBuffer"));
   exports.Set("isAddonBuffer", Napi::Function::New<IsAddonBuffer>(env, "isAddonBuffer"));
   exports.Set("bufferStats", Napi::Function::New<BufferStats>(env, "bufferStats"));
+  exports.Set("teardownFailures", Napi::Function::New<TeardownFailures>(env, "teardownFailures"));
   exports.Set("pageSize", Napi::Function::New<PageSize>(env, "pageSize"));
   exports.Set("createCmChannel", Napi::Function::New<CreateCmChannel>(env, "createCmChannel"));
   exports.Set("classes", [&] {

@@ -275,7 +275,7 @@ void CmId::Release() {
   if (id_ != nullptr) {
     if (id_->qp != nullptr) rdma_destroy_qp(id_);  // only at teardown: destroy() refuses while a Qp lives
     id_->context = nullptr;
-    rdma_destroy_id(id_);
+    CheckTeardown("rdma_destroy_id", rdma_destroy_id(id_));
     id_ = nullptr;
     channel_->RemoveChild();
   }

@@ -4,6 +4,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
 #include <vector>
 #include <algorithm>
 
@@ -174,6 +177,37 @@ Napi::Error ErrnoError(Napi::Env env, int err, const char* call) {
 }
 
 void ThrowErrno(Napi::Env env, int err, const char* call) { throw ErrnoError(env, err, call); }
+
+namespace {
+struct TeardownFailure {
+  double count = 0;
+  int last_errno = 0;
+};
+// Process-wide (worker threads share the addon's statics), so behind a mutex; touched only on failures.
+std::mutex teardown_mutex;
+std::map<std::string, TeardownFailure> teardown_failures;
+}  // namespace
+
+void RecordTeardownFailure(const char* call, int err) {
+  std::lock_guard<std::mutex> lock(teardown_mutex);
+  TeardownFailure& f = teardown_failures[call];
+  f.count += 1;
+  f.last_errno = err;
+}
+
+// teardownFailures(): { [call]: { count, lastErrno } } for every teardown call that ever failed.
+Napi::Value TeardownFailures(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object out = Napi::Object::New(env);
+  std::lock_guard<std::mutex> lock(teardown_mutex);
+  for (const auto& [call, f] : teardown_failures) {
+    Napi::Object e = Napi::Object::New(env);
+    e.Set("count", Napi::Number::New(env, f.count));
+    e.Set("lastErrno", Napi::String::New(env, ErrnoName(f.last_errno)));
+    out.Set(call, e);
+  }
+  return out;
+}
 
 void ThrowArg(Napi::Env env, const std::string& message, bool range) {
   Napi::Error e = range ? static_cast<Napi::Error>(Napi::RangeError::New(env, message))

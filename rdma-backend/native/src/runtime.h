@@ -5,6 +5,7 @@
 #include <napi.h>
 #include <uv.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <string>
 
@@ -133,6 +134,17 @@ Napi::Error ErrnoError(Napi::Env env, int err, const char* call);
 [[noreturn]] void ThrowState(Napi::Env env, const std::string& message);
 
 const char* ErrnoName(int err);
+
+// Teardown calls that failed inside a Release() (ibv_dereg_mr, ibv_dealloc_pd, ibv_destroy_cq...): a
+// finalizer or the environment's cleanup hook cannot throw, so each failure is counted, per call, with
+// its last errno, for the addon's teardownFailures(); a resource left behind is then visible, not silent.
+void RecordTeardownFailure(const char* call, int err);
+Napi::Value TeardownFailures(const Napi::CallbackInfo& info);
+// The result `rc` of teardown call `call`, counted when it failed: the ibv_* calls return the errno, the
+// rdma_* ones -1 with errno set.
+inline void CheckTeardown(const char* call, int rc) {
+  if (rc != 0) RecordTeardownFailure(call, rc > 0 ? rc : errno);
+}
 
 // Argument readers that validate and throw ERR_NATIVE_ARG.
 uint32_t ArgU32(const Napi::CallbackInfo& info, size_t i, const char* name);

@@ -177,6 +177,11 @@ Napi::Object TestingExports(Napi::Env env) {
   t.Set("parseRecvWrs", Napi::Function::New<ParseRecvWrs>(env, "parseRecvWrs"));
   t.Set("errnoError", Napi::Function::New<MakeErrnoError>(env, "errnoError"));
   t.Set("liveResources", Napi::Function::New<LiveResources>(env, "liveResources"));
+  // recordTeardownFailure(call, errno): what a failed teardown call inside a Release() records.
+  t.Set("recordTeardownFailure", Napi::Function::New(env, [](const Napi::CallbackInfo& info) -> Napi::Value {
+          RecordTeardownFailure(info[0].As<Napi::String>().Utf8Value().c_str(), ArgI32(info, 1, "errno"));
+          return info.Env().Undefined();
+        }, "recordTeardownFailure"));
   (void)kTestTag;
   return t;
 }

@@ -167,7 +167,7 @@ Context::Context(const Napi::CallbackInfo& info)
 void Context::Release() {
   async_watcher_.Stop();
   on_async_.Reset();
-  if (ctx_ != nullptr && owned_) ibv_close_device(ctx_);
+  if (ctx_ != nullptr && owned_) CheckTeardown("ibv_close_device", ibv_close_device(ctx_));
   ctx_ = nullptr;
 }
 
@@ -347,7 +347,7 @@ Pd::Pd(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Pd>(info), Resource(in
 
 void Pd::Release() {
   if (pd_ != nullptr) {
-    ibv_dealloc_pd(pd_);
+    CheckTeardown("ibv_dealloc_pd", ibv_dealloc_pd(pd_));
     pd_ = nullptr;
     parent_->RemoveChild();
   }
@@ -450,7 +450,7 @@ Napi::Value Mr::Rereg(const Napi::CallbackInfo& info) {
 
 void Mr::Release() {
   if (mr_ != nullptr) {
-    ibv_dereg_mr(mr_);
+    CheckTeardown("ibv_dereg_mr", ibv_dereg_mr(mr_));
     mr_ = nullptr;
     parent_->RemoveChild();
   }
@@ -490,7 +490,7 @@ Mw::Mw(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Mw>(info), Resource(in
 
 void Mw::Release() {
   if (mw_ != nullptr) {
-    ibv_dealloc_mw(mw_);
+    CheckTeardown("ibv_dealloc_mw", ibv_dealloc_mw(mw_));
     mw_ = nullptr;
     parent_->RemoveChild();
   }
@@ -565,11 +565,11 @@ void Cq::Release() {
   watcher_.Stop();  // before the channel's fd is closed
   if (cq_ != nullptr) {
     AckEvents();  // ibv_destroy_cq waits for every event to be acknowledged
-    ibv_destroy_cq(cq_);
+    CheckTeardown("ibv_destroy_cq", ibv_destroy_cq(cq_));
     cq_ = nullptr;
   }
   if (channel_ != nullptr) {
-    ibv_destroy_comp_channel(channel_);
+    CheckTeardown("ibv_destroy_comp_channel", ibv_destroy_comp_channel(channel_));
     channel_ = nullptr;
     parent_->RemoveChild();
   }

@@ -11,7 +11,7 @@ import { findProjectRoot } from '../../../common/project-root.js';
 import { NativeUnavailableError } from './errors.js';
 
 /** Must equal kAddonAbi in rdma-backend/native/src/addon.cc. */
-export const EXPECTED_ADDON_ABI = 1;
+export const EXPECTED_ADDON_ABI = 2;
 /** Must equal kLayoutVersion in rdma-backend/native/src/work_requests.h. */
 export const EXPECTED_LAYOUT_VERSION = 1;
 
@@ -235,6 +235,11 @@ export interface RdmaNativeAddon {
   allocBuffer(size: number): ArrayBuffer;
   isAddonBuffer(memory: unknown): boolean;
   bufferStats(): { count: number; bytes: number };
+  /**
+   * Every teardown call that failed inside a release (a finalizer cannot throw: ibv_dereg_mr,
+   * ibv_dealloc_pd, ibv_destroy_cq, rdma_destroy_id...), by call: how many times, and the last errno.
+   */
+  teardownFailures(): Record<string, { count: number; lastErrno: string }>;
   pageSize(): number;
   createCmChannel(onEvents: (events: NativeCmEvent[]) => void): NativeCmChannel;
   testing: {
@@ -248,6 +253,7 @@ export interface RdmaNativeAddon {
     ): { wrId: bigint; numSge: number; totalLength: number }[];
     errnoError(errno: number, call: string): Error & { code: string; errno: number; syscall: string };
     liveResources(): number;
+    recordTeardownFailure(call: string, errno: number): void;
   };
 }
 
