@@ -345,6 +345,11 @@ export interface ProcessControl {
    */
   drain(): DrainStatus;
   cancelDrain(): DrainStatus;
+  /**
+   * The native verbs addon's teardown calls that failed in a finalizer (a registration or queue left
+   * behind), counted per call; null when the process does not use the addon.
+   */
+  nativeTeardownFailures(): Record<string, number> | null;
 }
 
 /** The gateway role: TCP clients in front, a pool of RDMA connections behind. */

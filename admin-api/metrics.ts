@@ -112,14 +112,23 @@ export interface MetricsInput {
   upstreams: UpstreamInfo[];
   info: ServerInfo;
   readiness: ReadinessVerdict;
+  /** `ProcessControl.nativeTeardownFailures()`: rendered only when the process uses the native addon. */
+  nativeTeardownFailures?: Record<string, number> | null;
 }
 
 /** The gateway's own families (everything except the process metrics). */
-export function renderGatewayMetrics({ counters, upstreams, info, readiness }: MetricsInput): string {
+export function renderGatewayMetrics({
+  counters,
+  upstreams,
+  info,
+  readiness,
+  nativeTeardownFailures,
+}: MetricsInput): string {
   const w = new ExpositionWriter();
   const { frontend: f, rpc, upstreams: ups } = counters;
 
   renderIdentity(w, info, readiness);
+  renderNativeTeardown(w, nativeTeardownFailures);
 
   // TCP frontend
   w.family(
@@ -267,6 +276,20 @@ export function renderGatewayMetrics({ counters, upstreams, info, readiness }: M
 }
 
 /** Who is answering and whether it is ready: the first families of either role. */
+/** The native addon's failed teardown calls, per call; nothing when the process does not use the addon. */
+function renderNativeTeardown(
+  w: ExpositionWriter,
+  failures: Record<string, number> | null | undefined,
+): void {
+  if (failures === null || failures === undefined) return;
+  w.family(
+    `${P}native_teardown_failures_total`,
+    'counter',
+    'Native verbs teardown calls that failed in a finalizer (ibv_dereg_mr, ibv_dealloc_pd...): a resource left behind.',
+    Object.entries(failures).map(([call, n]): [Labels, number] => [{ call }, n]),
+  );
+}
+
 function renderIdentity(w: ExpositionWriter, info: ServerInfo, readiness: ReadinessVerdict): void {
   w.family(`${P}info`, 'gauge', 'Build and runtime information (always 1).', [
     [{ version: info.version, node: info.node, role: info.role, provider: info.provider }, 1],
@@ -506,6 +529,8 @@ export interface ResponderMetricsInput {
   connections: UpstreamInfo[];
   info: ServerInfo;
   readiness: ReadinessVerdict;
+  /** As `MetricsInput.nativeTeardownFailures`. */
+  nativeTeardownFailures?: Record<string, number> | null;
 }
 
 /** The responder role's families (everything except the process metrics). */
@@ -514,10 +539,12 @@ export function renderResponderMetrics({
   connections,
   info,
   readiness,
+  nativeTeardownFailures,
 }: ResponderMetricsInput): string {
   const w = new ExpositionWriter();
   const r = counters.responder;
   renderIdentity(w, info, readiness);
+  renderNativeTeardown(w, nativeTeardownFailures);
   w.family(`${P}responder_connections_total`, 'counter', 'RDMA connection requests, by outcome.', [
     [{ outcome: 'accepted' }, r.connectionsAccepted],
     [{ outcome: 'refused' }, r.connectionsRefused],

@@ -44,6 +44,7 @@ import {
   RDMA2_PROPID_REQREMINV,
   RDMA2_PROPID_RPRC,
 } from '../rdma-backend/protocol/index.js';
+import { loadedAddonTeardownFailures } from '../rdma-backend/providers/native/index.js';
 import type {
   ConnectionCounters,
   ConnectionSnapshot,
@@ -167,6 +168,10 @@ export abstract class ProcessControlAdapter<
   setLogLevel(level: LogLevelName): void {
     // pino children created without a level of their own follow their parent's level.
     this.o.logger.level = level;
+  }
+
+  nativeTeardownFailures(): Record<string, number> | null {
+    return loadedAddonTeardownFailures();
   }
 }
 

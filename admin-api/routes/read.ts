@@ -186,6 +186,7 @@ export function registerReadRoutes(app: FastifyInstance, ctx: AdminContext): voi
       upstreams: control.upstreams(),
       info: control.serverInfo(),
       readiness: judgeReadiness(control.readiness()),
+      nativeTeardownFailures: control.nativeTeardownFailures(),
     }),
   );
 }

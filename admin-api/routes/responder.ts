@@ -64,6 +64,7 @@ export function registerResponderRoutes(app: FastifyInstance, ctx: ResponderCont
       connections: responder.connections(),
       info: responder.serverInfo(),
       readiness: judgeReadiness(responder.readiness()),
+      nativeTeardownFailures: responder.nativeTeardownFailures(),
     }),
   );
 }

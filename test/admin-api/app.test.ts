@@ -468,6 +468,28 @@ test('/metrics parses as Prometheus text and follows the conventions', async (t)
   }
 });
 
+test('/metrics: failed native teardowns appear per call when the process uses the addon, and not otherwise', async (t) => {
+  const h = await start();
+  try {
+    const family = async () =>
+      parsePrometheus((await call(h, 'GET', '/metrics')).text).find(
+        (f) => f.name === 'rpcrdma_gateway_native_teardown_failures_total',
+      );
+    t.is(await family(), undefined, 'the soft provider: no such family');
+    h.control.teardown = {};
+    t.deepEqual((await family())?.metrics, [], 'the addon in use, nothing failed: the family, empty');
+    h.control.teardown = { ibv_dereg_mr: 2, ibv_destroy_cq: 1 };
+    const f = await family();
+    t.is(f?.type, 'COUNTER');
+    t.deepEqual(f?.metrics, [
+      { labels: { call: 'ibv_dereg_mr' }, value: '2' },
+      { labels: { call: 'ibv_destroy_cq' }, value: '1' },
+    ]);
+  } finally {
+    await h.api.close();
+  }
+});
+
 test('errors: validation 400, unknown ids 404, control errors mapped, unknown routes 404', async (t) => {
   const h = await start();
   try {

@@ -121,9 +121,15 @@ export class FakeControl implements GatewayControl {
     },
   ];
   current: GatewayCounters = counters();
+  /** What `nativeTeardownFailures()` reports: null = the process does not use the native addon. */
+  teardown: Record<string, number> | null = null;
   level: LogLevelName = 'info';
   readonly actions: string[] = [];
   readonly startedAt = Date.now() - 5000;
+
+  nativeTeardownFailures(): Record<string, number> | null {
+    return this.teardown;
+  }
 
   serverInfo(): ServerInfo {
     return {

@@ -310,6 +310,17 @@ export function loadAddon(): AddonLoad {
   return cached;
 }
 
+/**
+ * The addon's teardown failures, counted per call (`teardownFailures()`), or null when this process never
+ * loaded the addon (the soft provider): never loads it just to ask.
+ */
+export function loadedAddonTeardownFailures(): Record<string, number> | null {
+  if (cached === undefined || !cached.ok) return null;
+  const out: Record<string, number> = {};
+  for (const [call, f] of Object.entries(cached.addon.teardownFailures())) out[call] = f.count;
+  return out;
+}
+
 function loadUncached(): AddonLoad {
   const root = findProjectRoot();
   const path =
