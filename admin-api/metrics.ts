@@ -107,13 +107,17 @@ function* perUpstream(
   }
 }
 
-export interface MetricsInput {
-  counters: GatewayCounters;
-  upstreams: UpstreamInfo[];
+/** What both roles' `/metrics` read from `ProcessControl` (identity, readiness, the native addon). */
+export interface ProcessFacts {
   info: ServerInfo;
   readiness: ReadinessVerdict;
-  /** `ProcessControl.nativeTeardownFailures()`: rendered only when the process uses the native addon. */
+  /** `ProcessControl.nativeTeardownFailures()`: rendered only once the process has loaded the addon. */
   nativeTeardownFailures?: Record<string, number> | null;
+}
+
+export interface MetricsInput extends ProcessFacts {
+  counters: GatewayCounters;
+  upstreams: UpstreamInfo[];
 }
 
 /** The gateway's own families (everything except the process metrics). */
@@ -524,13 +528,9 @@ function renderRdmaConnections(
   );
 }
 
-export interface ResponderMetricsInput {
+export interface ResponderMetricsInput extends ProcessFacts {
   counters: { responder: ResponderCounters; connections: UpstreamCounters[] };
   connections: UpstreamInfo[];
-  info: ServerInfo;
-  readiness: ReadinessVerdict;
-  /** As `MetricsInput.nativeTeardownFailures`. */
-  nativeTeardownFailures?: Record<string, number> | null;
 }
 
 /** The responder role's families (everything except the process metrics). */

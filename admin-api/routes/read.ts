@@ -2,7 +2,12 @@
 import type { FastifyInstance } from 'fastify';
 import type { AdminContext } from '../app.js';
 import type { ClientInfo, ProcessControl, ServerInfo } from '../control.js';
-import { METRICS_CONTENT_TYPE, type ProcessMetrics, renderGatewayMetrics } from '../metrics.js';
+import {
+  METRICS_CONTENT_TYPE,
+  type ProcessFacts,
+  type ProcessMetrics,
+  renderGatewayMetrics,
+} from '../metrics.js';
 import { judgeReadiness } from '../readiness.js';
 import {
   Clients,
@@ -180,22 +185,20 @@ export function registerReadRoutes(app: FastifyInstance, ctx: AdminContext): voi
     async () => ({ clients: control.clients().map(clientBody) }),
   );
 
-  registerMetricsRoute(app, ctx.processMetrics, () =>
-    renderGatewayMetrics({
-      counters: control.counters(),
-      upstreams: control.upstreams(),
-      info: control.serverInfo(),
-      readiness: judgeReadiness(control.readiness()),
-      nativeTeardownFailures: control.nativeTeardownFailures(),
-    }),
+  registerMetricsRoute(app, ctx.processMetrics, control, (facts) =>
+    renderGatewayMetrics({ ...facts, counters: control.counters(), upstreams: control.upstreams() }),
   );
 }
 
-/** `GET /metrics`: the role's own families (`render`), then the process and Node.js metrics. */
+/**
+ * `GET /metrics`: the role's own families (`render`, given what every role reads from `control`), then
+ * the process and Node.js metrics.
+ */
 export function registerMetricsRoute(
   app: FastifyInstance,
   processMetrics: ProcessMetrics,
-  render: () => string,
+  control: ProcessControl,
+  render: (facts: ProcessFacts) => string,
 ): void {
   app.get(
     '/metrics',
@@ -208,7 +211,11 @@ export function registerMetricsRoute(
       },
     },
     async (_request, reply) => {
-      const own = render();
+      const own = render({
+        info: control.serverInfo(),
+        readiness: judgeReadiness(control.readiness()),
+        nativeTeardownFailures: control.nativeTeardownFailures(),
+      });
       const process = await processMetrics.render();
       reply.type(METRICS_CONTENT_TYPE);
       return own + process;

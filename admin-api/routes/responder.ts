@@ -7,7 +7,6 @@ import type { FastifyInstance } from 'fastify';
 import type { ResponderControl } from '../control.js';
 import type { ProcessMetrics } from '../metrics.js';
 import { renderResponderMetrics } from '../metrics.js';
-import { judgeReadiness } from '../readiness.js';
 import { Connections, Properties, ResponderStats } from '../schemas.js';
 import { registerMetricsRoute } from './read.js';
 import { READ_ERRORS, responses } from './responses.js';
@@ -58,13 +57,11 @@ export function registerResponderRoutes(app: FastifyInstance, ctx: ResponderCont
     async () => responder.counters(),
   );
 
-  registerMetricsRoute(app, ctx.processMetrics, () =>
+  registerMetricsRoute(app, ctx.processMetrics, responder, (facts) =>
     renderResponderMetrics({
+      ...facts,
       counters: responder.counters(),
       connections: responder.connections(),
-      info: responder.serverInfo(),
-      readiness: judgeReadiness(responder.readiness()),
-      nativeTeardownFailures: responder.nativeTeardownFailures(),
     }),
   );
 }
