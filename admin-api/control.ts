@@ -377,8 +377,10 @@ export interface ResponderCounters {
   /** RDMA connections accepted, and those the device could not accept (a resource limit). */
   connectionsAccepted: number;
   acceptFailures: number;
-  /** Connection requests refused because the responder was draining or stopping. */
+  /** Connection requests refused because the responder was draining, stopping, or full. */
   connectionsRefused: number;
+  /** Connections closed by the idle reaper (`responder.idleTimeoutMs` without traffic). */
+  connectionsIdleClosed: number;
   callsForwarded: number;
   repliesSent: number;
   /** Upstream replies that matched no call (late, or their RDMA connection had gone). */

@@ -551,6 +551,12 @@ export function renderResponderMetrics({
     [{ outcome: 'failed' }, r.acceptFailures],
   ]);
   w.family(
+    `${P}responder_idle_closed_total`,
+    'counter',
+    'RDMA connections closed after responder.idleTimeoutMs without traffic (and their upstream TCP connections).',
+    single(r.connectionsIdleClosed),
+  );
+  w.family(
     `${P}responder_links`,
     'gauge',
     'RDMA connections with their upstream TCP connection.',

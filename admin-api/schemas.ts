@@ -264,7 +264,8 @@ export const ResponderStats = Type.Object({
   responder: Type.Object({
     connectionsAccepted: Int(),
     acceptFailures: Int('connection requests the device could not accept'),
-    connectionsRefused: Int('connection requests refused while draining or stopping'),
+    connectionsRefused: Int('connection requests refused while draining, stopping, or at maxConnections'),
+    connectionsIdleClosed: Int('connections closed after responder.idleTimeoutMs without traffic'),
     callsForwarded: Int(),
     repliesSent: Int(),
     unmatchedReplies: Int('upstream replies that matched no call'),

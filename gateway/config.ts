@@ -18,7 +18,10 @@ import { DEFAULT_FRONTEND_LIMITS } from '../tcp-frontend/limits.js';
 import { MAX_FRAGMENT_LENGTH } from '../tcp-frontend/record-marking.js';
 import { formatRoute, parseRoute, type Route } from './dispatch.js';
 import { programByName, programName, programNames } from './portmapper/programs.js';
-import { DEFAULT_MAX_CONNECTIONS as DEFAULT_RESPONDER_MAX_CONNECTIONS } from './responder.js';
+import {
+  DEFAULT_IDLE_TIMEOUT_MS as DEFAULT_RESPONDER_IDLE_TIMEOUT_MS,
+  DEFAULT_MAX_CONNECTIONS as DEFAULT_RESPONDER_MAX_CONNECTIONS,
+} from './responder.js';
 import { DEFAULT_MAX_REPLY_BYTES } from './router.js';
 
 /** The port NFS uses (RFC 7530 §3.1): the gateway is a drop-in NFS endpoint. */
@@ -63,7 +66,7 @@ export interface GatewayConfig {
     inlineReceive: number;
     holdTimeMs: number;
   };
-  responder: { listen: HostPort; maxConnections: number };
+  responder: { listen: HostPort; maxConnections: number; idleTimeoutMs: number };
   admin: {
     listen: HostPort | 'off';
     token: string;
@@ -257,6 +260,12 @@ export const CONFIG_SCHEMA: readonly KeyDef[] = [
     kind: { type: 'int', min: 1, max: 65_535 },
     default: DEFAULT_RESPONDER_MAX_CONNECTIONS,
     doc: 'RDMA connections the responder keeps open at once (each holds its registered buffers and an upstream TCP connection); one more is rejected at once (counted as refused, logged with REFUSED_MAX_CONNECTIONS). A gateway pool uses `rdma.poolSize` of them.',
+  },
+  {
+    key: 'responder.idleTimeoutMs',
+    kind: { type: 'int', min: 0, max: 0x7fff_ffff },
+    default: DEFAULT_RESPONDER_IDLE_TIMEOUT_MS,
+    doc: "Close an accepted RDMA connection (and its upstream TCP connection) that carried no call, reply or callback for one to two of these periods and has nothing in flight, as Linux's server reaps idle connections (logged with IDLE_TIMEOUT; 0: never). A gateway's pool reconnects at once; an NFSv4.1 session's connection stays busy with the lease renewals.",
   },
   {
     key: 'admin.listen',

@@ -55,6 +55,8 @@ export async function startEmbeddedPeer(o: EmbeddedPeerOptions): Promise<Embedde
     registry: o.registry,
     transport: o.transport,
     maxRecordSize: o.maxRecordSize,
+    // Its only peer is this process's own pool, which would reconnect at once: reaping buys nothing.
+    idleTimeoutMs: 0,
     logger: o.logger.child({ component: 'responder' }),
   });
   let bound: { host: string; port: number };

@@ -111,6 +111,7 @@ export class ResponderControlAdapter
         connectionsAccepted: s.connections,
         acceptFailures: s.acceptFailures,
         connectionsRefused: s.refused,
+        connectionsIdleClosed: s.idleClosed,
         callsForwarded: s.callsForwarded,
         repliesSent: s.repliesSent,
         unmatchedReplies: s.unmatchedReplies,

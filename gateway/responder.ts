@@ -19,6 +19,13 @@ export type { ResponderStats } from './responder/upstream-link.js';
 /** `ResponderOptions.maxConnections` (`responder.maxConnections`) when not given. */
 export const DEFAULT_MAX_CONNECTIONS = 256;
 
+/**
+ * `ResponderOptions.idleTimeoutMs` (`responder.idleTimeoutMs`) when not given: six minutes, the period of
+ * Linux's reaper of idle server connections (`svc_age_temp_xprts`, which svcrdma's accepted connections
+ * are subject to) and of `frontend.idleTimeoutMs`.
+ */
+export const DEFAULT_IDLE_TIMEOUT_MS = 360_000;
+
 export interface ResponderOptions {
   device: Device;
   /** Where to accept RPC-over-RDMA connections (port 0: any free port). */
@@ -38,6 +45,14 @@ export interface ResponderOptions {
    * port could make the responder hold them without limit. Default 256.
    */
   maxConnections?: number;
+  /**
+   * Close an accepted RDMA connection that carried no call, reply or callback for this long and has
+   * nothing in flight (0: never). Swept every `idleTimeoutMs`, as Linux does: a connection goes after
+   * one to two periods without traffic. A peer that connects and sends nothing (no RTR, no call) holds
+   * its slot of `maxConnections` and its registered buffers no longer than that. A gateway's pool
+   * reconnects at once (`rdma.reconnect*`). Default six minutes.
+   */
+  idleTimeoutMs?: number;
   logger?: Logger;
 }
 
@@ -51,6 +66,7 @@ export class Responder {
   private readonly goneWaiters: (() => void)[] = [];
   private closingFlag = false;
   private drainingFlag = false;
+  private idleSweep: NodeJS.Timeout | null = null;
 
   constructor(private readonly o: ResponderOptions) {
     this.log = o.logger ?? pino({ level: 'silent' });
@@ -120,6 +136,11 @@ export class Responder {
       },
     });
     const bound = { host: this.listener.host, port: this.listener.port };
+    const idleMs = this.o.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
+    if (idleMs > 0) {
+      this.idleSweep = setInterval(() => this.closeIdle(idleMs), idleMs);
+      this.idleSweep.unref();
+    }
     this.log.info({ listen: bound, upstream: this.o.upstream }, 'responder listening');
     return bound;
   }
@@ -177,6 +198,34 @@ export class Responder {
     return this.connectionsServing().map((c) => c.snapshot);
   }
 
+  /**
+   * One sweep of the idle reaper (mark and sweep, like Linux's `XPT_OLD`): a connection that carried
+   * traffic since the last sweep is only marked; one marked at the last sweep, with nothing in flight
+   * either way (calls being pulled or at the upstream, callbacks out), is closed. Closing it ends its
+   * upstream TCP connection too; the requester reconnects when it needs to.
+   */
+  private closeIdle(idleTimeoutMs: number): void {
+    for (const l of this.links) {
+      const conn = l.conn;
+      if (!conn || conn.state === 'closed') continue;
+      if (l.takeActivity()) continue;
+      if (
+        l.outstanding > 0 ||
+        conn.inboundActive > 0 ||
+        conn.credits.outstanding > 0 ||
+        conn.queuedCalls > 0
+      ) {
+        continue;
+      }
+      this.stats.idleClosed++;
+      l.log.info(
+        { reason: 'IDLE_TIMEOUT', idleTimeoutMs, connection: conn.id },
+        'closing an idle RDMA connection (no traffic for one to two idle periods)',
+      );
+      conn.close('idle timeout');
+    }
+  }
+
   /** RDMA connections accepted and not closed (`maxConnections` bounds them). */
   private openConnections(): number {
     let n = 0;
@@ -194,6 +243,8 @@ export class Responder {
   /** Stops accepting, closes every connection and waits (bounded) for the upstream sides to end. */
   async close(timeoutMs = 5000): Promise<void> {
     this.closingFlag = true;
+    if (this.idleSweep) clearInterval(this.idleSweep);
+    this.idleSweep = null;
     await this.listener?.close();
     this.listener = null;
     if (this.links.size === 0) return;

@@ -47,6 +47,7 @@ export async function responder(ctx: CommandContext): Promise<number> {
     host: config.responder.listen.host,
     port: config.responder.listen.port,
     maxConnections: config.responder.maxConnections,
+    idleTimeoutMs: config.responder.idleTimeoutMs,
     upstream,
     registry: defaultRegistry(),
     transport,

@@ -74,6 +74,8 @@ export interface ResponderStats {
   acceptFailures: number;
   /** Connection requests rejected because the responder was draining, closing, or full (`maxConnections`). */
   refused: number;
+  /** Connections closed after `idleTimeoutMs` without traffic (the idle reaper). */
+  idleClosed: number;
   /** Gauges. */
   links: number;
   pending: number;
@@ -92,6 +94,7 @@ export function createResponderStats(): ResponderStats {
     callbacksFailed: 0,
     acceptFailures: 0,
     refused: 0,
+    idleClosed: 0,
     links: 0,
     pending: 0,
   };
@@ -133,6 +136,11 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
   private upstreamClosed = false;
   private lingerTimer: NodeJS.Timeout | null = null;
   private readonly writer: RecordWriter;
+  /**
+   * Whether a call, a callback or its reply went through since the idle reaper last looked
+   * (`takeActivity`). A new connection counts as active: it gets a whole period before it can go.
+   */
+  private active = true;
 
   constructor(o: UpstreamLinkOptions) {
     this.o = o;
@@ -167,12 +175,24 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
     return this.pending.size;
   }
 
+  get log(): Logger {
+    return this.o.log;
+  }
+
+  /** Whether there was traffic since the last call, which clears the mark (the idle reaper's sweep). */
+  takeActivity(): boolean {
+    const was = this.active;
+    this.active = false;
+    return was;
+  }
+
   // ------------------------------------------------------------------------------------------------
   // RDMA → upstream
 
   onCall(inbound: InboundCall): void {
     const conn = this.conn as RpcRdmaConnection;
     if (this.upstreamClosed) return; // the connection is being closed: the requester retransmits
+    this.active = true;
     const xid = inbound.xid;
     if (this.pending.has(xid)) {
       // A requester may not reuse an XID it has outstanding on this connection (RFC 8166 §4.1).
@@ -311,6 +331,7 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
   /** A call from the upstream to the client (callback): a backward call on the RDMA connection. */
   private onCallback(record: Buffer): void {
     if (this.rdmaClosed) return;
+    this.active = true;
     this.o.stats.callbacks++;
     (this.conn as RpcRdmaConnection).submit(new BackwardCall(record.readUInt32BE(0), record));
   }
@@ -321,6 +342,7 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
 
   onReply(_call: BackwardCall, reply: Buffer): void {
     this.o.stats.callbackReplies++;
+    this.active = true;
     if (this.upstreamClosed) return;
     this.writer.writeOne(reply);
   }

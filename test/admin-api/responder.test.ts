@@ -39,7 +39,7 @@ interface Harness {
   gateways: Gateway[];
 }
 
-async function start(): Promise<Harness> {
+async function start(o: { idleTimeoutMs?: number } = {}): Promise<Harness> {
   const program = await serveTestProgram({ host: '127.0.0.1', port: 0 });
   const config = testConfig();
   config.admin.token = TOKEN;
@@ -51,6 +51,7 @@ async function start(): Promise<Harness> {
     port: 0,
     upstream: { host: '127.0.0.1', port: program.addresses[0].port },
     registry: defaultRegistry(),
+    idleTimeoutMs: o.idleTimeoutMs,
     logger,
   });
   const bound = await responder.listen();
@@ -433,4 +434,32 @@ test('/v1/connections counts the calls a connection is serving, those waiting on
     [1],
   );
   void echo;
+});
+
+test('an idle connection the responder reaps shows in /v1/stats and /metrics; the gateway reconnects and is served', async (t) => {
+  const h = await start({ idleTimeoutMs: 300 });
+  try {
+    const g = await gatewayTo(h);
+    await waitFor(() => g.pool.snapshot().ready === 1, 'the gateway connected');
+    const c = await client(g);
+    try {
+      t.deepEqual(await c.echo(Buffer.from('before')), Buffer.from('before'));
+      await waitFor(() => h.responder.stats.idleClosed >= 1, 'the idle connection reaped', 5000);
+      const stats = (await json(h, 'GET', '/v1/stats')).json.responder;
+      t.true(stats.connectionsIdleClosed >= 1, `${stats.connectionsIdleClosed} reaped`);
+      const m = await metrics(h);
+      t.is(
+        Number(m.get('rpcrdma_gateway_responder_idle_closed_total')?.[0].value),
+        h.responder.stats.idleClosed,
+      );
+      // The client's TCP connection to the gateway is untouched; its next call goes on a new connection.
+      await waitFor(() => g.pool.snapshot().ready === 1, 'the gateway reconnected');
+      t.deepEqual(await c.echo(Buffer.from('after')), Buffer.from('after'));
+      t.true(h.responder.stats.connections >= 2);
+    } finally {
+      await c.rpc.close();
+    }
+  } finally {
+    await stop(h);
+  }
 });

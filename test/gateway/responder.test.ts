@@ -4,13 +4,14 @@
  * not half-closed while it still owes replies; an upstream that goes away takes its RDMA connection with
  * it (the requester retransmits), without an invented reply.
  */
-import { createServer, type Server, type Socket } from 'node:net';
+import { createServer, connect as netConnect, type Server, type Socket } from 'node:net';
 import test from 'ava';
 import { defaultRegistry } from '../../gateway/gateway.js';
 import { Responder } from '../../gateway/responder.js';
 import { TEST_PROGRAM, TEST_VERSION, TestProc } from '../../gateway/test-program/constants.js';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
 import {
+  ConnectionPool,
   type InboundCall,
   type RequesterHandler,
   RpcRdmaConnection,
@@ -18,7 +19,9 @@ import {
   type TransportError,
 } from '../../rdma-backend/transport/index.js';
 import { frameRecord, RecordDecoder } from '../../tcp-frontend/record-marking.js';
+import { mpaRequest } from '../helpers/iwarp-frames.js';
 import { deviceRefusingRegistration } from '../helpers/refusing-device.js';
+import { plainPrivateData } from '../helpers/rogue-peer.js';
 import { captureLogger, encodeCall, waitFor } from './helpers.js';
 
 const PROG = 0x20000077;
@@ -356,4 +359,149 @@ test('at maxConnections one more RDMA connection is rejected at once, counted an
   await waitFor(() => outcomes.replies.length === 1, 'the new connection served');
   t.is(responder.stats.connections, 3);
   t.is(responder.stats.refused, 1);
+});
+
+/** A responder with `idleTimeoutMs` before an upstream that answers at once, except the XIDs in `hold`. */
+async function idleResponder(
+  t: import('ava').ExecutionContext,
+  idleTimeoutMs: number,
+  hold = new Set<number>(),
+) {
+  const held = new Map<number, Socket>();
+  const u = await upstream((s, record) => {
+    const xid = record.readUInt32BE(0);
+    if (hold.has(xid)) held.set(xid, s);
+    else s.write(Buffer.concat(frameRecord(reply(xid, Buffer.alloc(4)))));
+  });
+  const { logger, lines } = captureLogger();
+  const responder = new Responder({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port: 0,
+    upstream: { host: '127.0.0.1', port: u.port },
+    registry: defaultRegistry(),
+    lingerMs: 2000,
+    idleTimeoutMs,
+    logger,
+  });
+  const { port } = await responder.listen();
+  const open: { close(): void }[] = [];
+  t.teardown(async () => {
+    for (const c of open) c.close();
+    await responder.close(1000);
+    u.server.close();
+    for (const s of u.sockets) s.destroy();
+  });
+  const connect = async (outcomes = new Outcomes()) => {
+    const conn = await RpcRdmaConnection.connect({
+      device: await createSoftProvider().openDevice(),
+      host: '127.0.0.1',
+      port,
+      options: { peerKey: `responder-idle-${port}` },
+      requester: outcomes,
+    });
+    open.push(conn);
+    await waitFor(() => conn.state === 'ready', 'negotiated');
+    return conn;
+  };
+  /** Answers a held call. */
+  const answer = (xid: number) =>
+    (held.get(xid) as Socket).write(Buffer.concat(frameRecord(reply(xid, Buffer.alloc(4)))));
+  return { responder, port, u, lines, open, connect, answer };
+}
+
+test('the idle reaper closes a connection with no traffic for one to two periods, and its upstream; busy ones stay', async (t) => {
+  const IDLE = 400;
+  const w = await idleResponder(t, IDLE, new Set([500]));
+  const idleOne = await w.connect();
+  const connectedAt = Date.now();
+  const busyOutcomes = new Outcomes();
+  const busy = await w.connect(busyOutcomes);
+  const heldOutcomes = new Outcomes();
+  const holding = await w.connect(heldOutcomes);
+  holding.submit(call(500)); // at the upstream until answered
+  let xid = 1000;
+  const ticker = setInterval(() => busy.submit(call(xid++)), 100);
+  t.teardown(() => clearInterval(ticker));
+
+  await waitFor(() => idleOne.state === 'closed', 'the idle connection closed', 4 * IDLE + 2000);
+  // It had a whole period first (new connections count as active), then one without traffic.
+  t.true(Date.now() - connectedAt >= IDLE - 10, `closed after ${Date.now() - connectedAt} ms`);
+  t.is(w.responder.stats.idleClosed, 1);
+  t.like(
+    w.lines.find((l) => l.reason === 'IDLE_TIMEOUT'),
+    { level: 30, idleTimeoutMs: IDLE },
+  );
+  await waitFor(() => w.u.ended, "the idle connection's upstream ended");
+  await waitFor(() => w.responder.links.size === 2, 'its link gone');
+
+  // Two and a half periods more: the one with traffic and the one with a call at the upstream stay.
+  await new Promise((r) => setTimeout(r, 2.5 * IDLE));
+  t.is(busy.state, 'ready');
+  t.is(holding.state, 'ready');
+  t.is(w.responder.stats.idleClosed, 1);
+  t.is(busyOutcomes.failures.length, 0);
+
+  // Its reply comes; then both fall silent and go, with nothing lost.
+  w.answer(500);
+  await waitFor(() => heldOutcomes.replies.length === 1, 'the held reply');
+  clearInterval(ticker);
+  const sent = xid - 1000;
+  await waitFor(() => w.responder.stats.idleClosed === 3, 'both closed once silent', 4 * IDLE + 2000);
+  t.is(busyOutcomes.replies.length, sent);
+  t.is(busyOutcomes.failures.length + heldOutcomes.failures.length, 0);
+  await waitFor(() => w.responder.links.size === 0, 'their links gone with their upstreams');
+});
+
+test('the idle reaper closes a peer that completes the MPA exchange and never sends a frame', async (t) => {
+  const IDLE = 300;
+  const w = await idleResponder(t, IDLE);
+  const sock = netConnect(w.port, '127.0.0.1');
+  sock.on('error', () => {});
+  t.teardown(() => sock.destroy());
+  let received = 0;
+  sock.on('data', (d: Buffer) => {
+    received += d.length;
+  });
+  const closed = new Promise<void>((r) => sock.once('close', () => r()));
+  await new Promise((r) => sock.once('connect', r));
+  sock.write(mpaRequest({ crc: true, revision: 1, privateData: plainPrivateData() }));
+  await waitFor(() => received >= 20, 'the MPA reply');
+  await waitFor(() => w.responder.links.size === 1, 'the link');
+  // Before the reaper, nothing ever closed it: no RTR or first frame is awaited with a timeout.
+  await Promise.race([
+    closed,
+    new Promise((_, reject) => setTimeout(() => reject(new Error('still open')), 4 * IDLE + 2000)),
+  ]);
+  t.is(w.responder.stats.idleClosed, 1);
+  await waitFor(() => w.responder.links.size === 0, 'the link gone');
+  await waitFor(() => w.u.ended, 'its upstream ended');
+});
+
+test('a pool whose idle connection the responder reaps reconnects and serves the next call', async (t) => {
+  const IDLE = 300;
+  const w = await idleResponder(t, IDLE);
+  const outcomes = new Outcomes();
+  const pool = new ConnectionPool({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port: w.port,
+    size: 1,
+    requester: outcomes,
+    options: { peerKey: `responder-idle-pool-${w.port}` },
+    backoff: { initialMs: 50, maxMs: 1000, factor: 2 },
+  });
+  w.open.push(pool);
+  await pool.start();
+  pool.submit(call(1));
+  await waitFor(() => outcomes.replies.length === 1, 'the first reply');
+  await waitFor(() => w.responder.stats.idleClosed === 1, 'reaped', 4 * IDLE + 2000);
+  await waitFor(
+    () => pool.snapshot().slots[0].reconnects === 1 && pool.snapshot().ready === 1,
+    'reconnected',
+  );
+  pool.submit(call(2));
+  await waitFor(() => outcomes.replies.length === 2, 'the reply on the new connection');
+  t.is(outcomes.failures.length, 0);
+  t.is(w.responder.stats.connections, 2);
 });
