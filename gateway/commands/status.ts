@@ -264,6 +264,14 @@ export async function status(
   const adminApi = { url: base, from: reached.target.from, refused: reached.refused };
   const isReady = ready.status === 200;
   const i = info.body as ServerInfoBody;
+  if (role !== undefined && i.role !== role) {
+    // --role names the role to look for; an address configured or given with --url wins over it
+    // (`adminTargets`), and what answers there may be the other role. Said on stderr, so that a script
+    // reading the JSON gets it whole.
+    ctx.stderr.write(
+      `warning: --role ${role} was given, but the process at ${shownUrl(base)} (${reached.target.from}) is a ${i.role}\n`,
+    );
+  }
   if (i.role === 'responder') {
     return responderStatus(ctx, { adminApi, token, timeoutMs, format, info, ready, isReady });
   }

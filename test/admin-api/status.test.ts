@@ -346,3 +346,23 @@ onDefaultPorts(
     );
   },
 );
+
+test('--role names the other role than the one that answers at a configured address: a warning on stderr, the status still shown', async (t) => {
+  const gateway = await refusingUrl();
+  await withResponder({ host: '127.0.0.1', port: 0 }, async (responder) => {
+    const env = { RPCRDMA_GATEWAY_ADMIN_LISTEN: responder.slice('http://'.length) };
+    const r = await statusWith(['--role', 'gateway', '--format', 'json'], { gateway, responder }, env);
+    t.is(r.code, 0, r.stderr);
+    t.is(
+      r.stderr,
+      `warning: --role gateway was given, but the process at ${responder} (admin.listen from RPCRDMA_GATEWAY_ADMIN_LISTEN) is a responder\n`,
+    );
+    t.is(JSON.parse(r.stdout).serverInfo.role, 'responder');
+    // The role asked for, or none: no warning.
+    for (const argv of [['--role', 'responder'], []]) {
+      const same = await statusWith(argv, { gateway, responder }, env);
+      t.is(same.code, 0, same.stderr);
+      t.is(same.stderr, '', argv.join(' '));
+    }
+  });
+});
