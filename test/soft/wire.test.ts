@@ -21,6 +21,7 @@ import {
   crc32cImplementation,
   crc32cSoftware,
   createSoftProvider,
+  type SoftProviderOptions,
 } from '../../rdma-backend/providers/soft/index.js';
 import { decodeMpa, encodeMpa } from '../../rdma-backend/providers/soft/mpa.js';
 import type { TerminateError } from '../../rdma-backend/providers/soft/terminate.js';
@@ -577,6 +578,73 @@ test('peer-to-peer: a Terminate as the first FPDU is the peer ending the connect
   await s.close();
 });
 
+/** Peer-to-peer mode offering only the zero-length RDMA Read RTR: what iw_cxgb4 sends by default (`p2p_type` 1). */
+const P2P_READ_RTR = enhanced(mpaRequest, 0x8000 | 8, 0x4000 | 8);
+
+/** A zero-length RDMA Read Request, the Read RTR (RFC 6581 §6): sink STag and offset to answer to, source STag 1 as siw sends. */
+const readRtr = (size = 0) =>
+  fpdu(ddpReadRequest(1, { sinkStag: 0x1234, sinkTo: 0x40n, size, srcStag: 1, srcTo: 0n }));
+
+test('peer-to-peer: an initiator offering only the Read RTR gets it; its zero-length Read is answered, then the connection serves', async (t) => {
+  const s = await server({}, 1);
+  const r = await raw(s.port);
+  r.sock.write(P2P_READ_RTR);
+  const reply = decodeMpa((await r.waitFor(P2P_REPLY)).subarray(0, P2P_REPLY), true);
+  t.is((reply.enhanced?.irdWord ?? 0) & 0xc000, 0x8000, 'peer-to-peer, no Send RTR');
+  t.is((reply.enhanced?.ordWord ?? 0) & 0xc000, 0x4000, 'the zero-length RDMA Read RTR it offered');
+  await s.events.wait(CmEventType.ESTABLISHED);
+  r.sock.write(Buffer.concat([readRtr(), fpdu(ddpUntaggedSend(Buffer.from('after the RTR'), { msn: 1 }))]));
+  const [wc] = await s.cq.take(1);
+  t.like(wc, { status: WcStatus.SUCCESS, byteLen: 13 });
+  // The Read Response: tagged, last, to the sink the request named, no payload (RFC 5040 §4.5).
+  const response = await until(() => parseFpdus(r.got().subarray(P2P_REPLY))[0], 'the Read Response');
+  t.like(response, { tagged: true, last: true, opcode: 0x2, stag: 0x1234, to: 0x40n });
+  t.is(response.payload.length, 0);
+  t.is(s.events.events.filter((e) => e.type === CmEventType.DISCONNECTED).length, 0);
+  r.sock.destroy();
+
+  // Offered both, the Write RTR is chosen (it needs no Read credit), as siw and iw_cxgb4 choose.
+  const both = await raw(s.port);
+  both.sock.write(enhanced(mpaRequest, 0x8000 | 8, 0xc000 | 8));
+  const bothReply = decodeMpa((await both.waitFor(P2P_REPLY)).subarray(0, P2P_REPLY), true);
+  t.is((bothReply.enhanced?.ordWord ?? 0) & 0xc000, 0x8000);
+  both.sock.destroy();
+  await s.close();
+});
+
+test('peer-to-peer, Read RTR negotiated: a first FPDU that is not a zero-length Read Request is refused with MPA 2/0/7', async (t) => {
+  const s = await server({}, 1);
+  const wrong: [string, Buffer][] = [
+    ['the Write RTR (not the one negotiated)', writeRtr()],
+    ['a Read Request for 8 bytes', readRtr(8)],
+    ['a zero-length Send', fpdu(ddpUntaggedSend(Buffer.alloc(0), { msn: 1 }))],
+  ];
+  for (const [name, first] of wrong) {
+    const r = await raw(s.port);
+    r.sock.write(P2P_READ_RTR);
+    await r.waitFor(P2P_REPLY);
+    const ev0 = s.events.events.length;
+    r.sock.write(first);
+    const term = await until(() => parseFpdus(r.got().subarray(P2P_REPLY))[0], `${name}: the Terminate`);
+    t.deepEqual(term.terminate, [2, 0, 7], `${name}: MPA, no matching RTR option`);
+    t.is(
+      parseFpdus(r.got().subarray(P2P_REPLY)).length,
+      1,
+      `${name}: nothing else was sent (no Read Response)`,
+    );
+    const ev = await until(
+      () => s.events.events.slice(ev0).find((e) => e.type === CmEventType.DISCONNECTED),
+      `${name}: DISCONNECTED`,
+    );
+    t.like(ev.error, { code: 'MPA_RTR_MISMATCH' }, name);
+    t.regex((ev.error as Error).message, /zero-length RDMA Read Request RTR/, name);
+    const [wc] = await s.cq.take(1);
+    t.is(wc.status, WcStatus.WR_FLUSH_ERR, `${name}: the Receive was flushed, not filled`);
+    r.sock.destroy();
+  }
+  await s.close();
+});
+
 test('FPDUs never exceed the configured MULPDU', async (t) => {
   const mulpdu = 200;
   const dev = await createSoftProvider({ mulpdu }).openDevice();
@@ -657,13 +725,21 @@ for (const len of [0, 1]) {
 }
 
 /** A raw TCP listener playing the MPA responder to one of our initiators, answering with `reply`. */
+interface RawPeer {
+  sock: net.Socket;
+  /** What the initiator sent after its MPA request. */
+  stream: () => Buffer;
+  /** Its MPA request frame. */
+  request: Buffer;
+}
+
 async function rawResponder(reply = mpaReply({ revision: 1 })): Promise<{
   port: number;
-  peer: () => Promise<{ sock: net.Socket; stream: () => Buffer }>;
+  peer: () => Promise<RawPeer>;
   close: () => void;
 }> {
-  let resolvePeer: (p: { sock: net.Socket; stream: () => Buffer }) => void = () => {};
-  const ready = new Promise<{ sock: net.Socket; stream: () => Buffer }>((r) => {
+  let resolvePeer: (p: RawPeer) => void = () => {};
+  const ready = new Promise<RawPeer>((r) => {
     resolvePeer = r;
   });
   const server = net.createServer((sock) => {
@@ -674,9 +750,10 @@ async function rawResponder(reply = mpaReply({ revision: 1 })): Promise<{
       buf = Buffer.concat([buf, d]);
       if (!answered && buf.length >= 20 && buf.length >= 20 + buf.readUInt16BE(18)) {
         answered = true;
-        buf = buf.subarray(20 + buf.readUInt16BE(18));
+        const request = Buffer.from(buf.subarray(0, 20 + buf.readUInt16BE(18)));
+        buf = buf.subarray(request.length);
         sock.write(reply);
-        resolvePeer({ sock, stream: () => buf });
+        resolvePeer({ sock, stream: () => buf, request });
       }
     });
   });
@@ -687,8 +764,9 @@ async function rawResponder(reply = mpaReply({ revision: 1 })): Promise<{
 /** A soft client connected to `port` (ESTABLISHED): its PD, one CQ for both queues, the connection, its events. */
 async function softClient(
   port: number,
+  options: SoftProviderOptions = {},
 ): Promise<{ pd: ProtectionDomain; cq: CqWatcher; conn: Connection; events: EventLog }> {
-  const c = await softConnect(port);
+  const c = await softConnect(port, options);
   await c.events.wait(CmEventType.ESTABLISHED);
   return c;
 }
@@ -696,8 +774,9 @@ async function softClient(
 /** A soft client connecting to `port`, not yet established (see `softClient`). */
 async function softConnect(
   port: number,
+  options: SoftProviderOptions = {},
 ): Promise<{ pd: ProtectionDomain; cq: CqWatcher; conn: Connection; events: EventLog }> {
-  const dev = await createSoftProvider().openDevice();
+  const dev = await createSoftProvider(options).openDevice();
   const pd = dev.allocPd();
   const cq = new CqWatcher(dev.createCq(16));
   const events = new EventLog();
@@ -725,14 +804,16 @@ async function until<T>(f: () => T | undefined, what: string): Promise<T> {
 
 test('peer-to-peer initiator: a reply that names no RTR we offered fails the connect with MPA 2/0/7', async (t) => {
   const reply = (irdWord: number, ordWord: number) => enhanced(mpaReply, irdWord, ordWord);
-  const cases: [string, Buffer][] = [
-    ['the zero-length Read RTR', reply(0x8000 | 8, 0x4000 | 8)],
-    ['the zero-length Send RTR', reply(0xc000 | 8, 8)],
-    ['no RTR at all', reply(0x8000 | 8, 8)],
+  // [case, the reply, what the initiator offered]
+  const cases: [string, Buffer, SoftProviderOptions['offerRtr']][] = [
+    ['the zero-length Read RTR, only the Write offered', reply(0x8000 | 8, 0x4000 | 8), 'write'],
+    ['the zero-length Write RTR, only the Read offered', reply(0x8000 | 8, 0x8000 | 8), 'read'],
+    ['the zero-length Send RTR (never offered)', reply(0xc000 | 8, 8), 'both'],
+    ['no RTR at all', reply(0x8000 | 8, 8), 'both'],
   ];
-  for (const [name, answer] of cases) {
+  for (const [name, answer, offerRtr] of cases) {
     const responder = await rawResponder(answer);
-    const { conn, events } = await softConnect(responder.port);
+    const { conn, events } = await softConnect(responder.port, { offerRtr });
     const peer = await responder.peer();
     const ev = await events.wait(CmEventType.CONNECT_ERROR);
     t.like(ev.error, { code: 'MPA_RTR_MISMATCH' }, `${name}: a typed error`);
@@ -756,10 +837,12 @@ test('peer-to-peer initiator: a reply that names no RTR we offered fails the con
   }
 });
 
-test('peer-to-peer initiator: a reply choosing the Write RTR gets a zero-length Write first', async (t) => {
+test('peer-to-peer initiator: by default it offers both RTRs, as Linux siw; a reply choosing the Write RTR gets a zero-length Write first', async (t) => {
   const responder = await rawResponder(enhanced(mpaReply, 0x8000 | 8, 0x8000 | 8));
   const { conn } = await softClient(responder.port);
   const peer = await responder.peer();
+  t.is(peer.request.readUInt16BE(22) & 0xc000, 0xc000, 'the Write and the Read RTR offered');
+  t.is(peer.request.readUInt16BE(20) & 0xc000, 0x8000, 'peer-to-peer, no Send RTR');
   const [first] = await until(() => {
     const f = parseFpdus(peer.stream());
     return f.length > 0 ? f : undefined;
@@ -769,6 +852,79 @@ test('peer-to-peer initiator: a reply choosing the Write RTR gets a zero-length 
   conn.destroy();
   peer.sock.destroy();
   responder.close();
+});
+
+test('peer-to-peer initiator: a reply choosing the Read RTR (as iw_cxgb4 answers by default) gets a zero-length Read Request first, and its Read Response completes nothing', async (t) => {
+  const responder = await rawResponder(enhanced(mpaReply, 0x8000 | 8, 0x4000 | 8));
+  const { pd, cq, conn, events } = await softClient(responder.port);
+  const peer = await responder.peer();
+  const [first] = await until(() => {
+    const f = parseFpdus(peer.stream());
+    return f.length > 0 ? f : undefined;
+  }, 'the RTR');
+  t.like(first, {
+    tagged: false,
+    last: true,
+    opcode: 0x1,
+    msn: 1,
+    read: { sinkStag: 0, sinkTo: 0n, size: 0 },
+  });
+  t.is(first.payload.readUInt32BE(16), 1, 'source STag 1, as Linux siw sends it');
+  // Its answer, then a Send: the Send completes, the RTR's Read Response does not.
+  const recv = pd.registerMemory(Buffer.alloc(16), Access.LOCAL_WRITE);
+  conn.qp.postRecv({ wrId: 9, sgList: [{ mr: recv, offset: 0, length: 16 }] });
+  peer.sock.write(
+    Buffer.concat([
+      fpdu(ddpTagged(2, 0, 0n, Buffer.alloc(0))),
+      fpdu(ddpUntaggedSend(Buffer.from('hello'), { msn: 1 })),
+    ]),
+  );
+  const [wc] = await cq.take(1);
+  t.like(wc, { wrId: 9, status: WcStatus.SUCCESS, byteLen: 5 });
+  await new Promise((r) => setTimeout(r, 50));
+  cq.drain();
+  t.deepEqual(cq.got, [], 'no completion for the RTR');
+  t.false(events.events.some((e) => e.type === CmEventType.DISCONNECTED));
+  conn.destroy();
+  peer.sock.destroy();
+  responder.close();
+});
+
+test('peer-to-peer initiator: a Read Response to its Read RTR that carries data is refused', async (t) => {
+  const responder = await rawResponder(enhanced(mpaReply, 0x8000 | 8, 0x4000 | 8));
+  const { conn, events } = await softClient(responder.port, { offerRtr: 'read' });
+  const peer = await responder.peer();
+  await until(() => (parseFpdus(peer.stream()).length > 0 ? true : undefined), 'the RTR');
+  peer.sock.write(fpdu(ddpTagged(2, 0, 0n, Buffer.alloc(4, 0x55))));
+  const ev = await events.wait(CmEventType.DISCONNECTED);
+  t.like(ev.terminate, { local: true, layer: 1 });
+  const term = await until(
+    () => parseFpdus(peer.stream()).find((f) => f.terminate !== undefined),
+    'the Terminate',
+  );
+  t.is(term.terminate?.[0], 1, 'a DDP-layer Terminate went back');
+  t.is(conn.qp.state, QpState.ERR);
+  conn.destroy();
+  peer.sock.destroy();
+  responder.close();
+});
+
+test('offerRtr: a soft initiator and a soft responder connect with each offer; the responder picks the Write RTR when offered', async (t) => {
+  for (const offer of ['read', 'both', 'write'] as const) {
+    const s = await server({}, 1);
+    const { pd, conn, events } = await softClient(s.port, { offerRtr: offer });
+    const mr = pd.registerMemory(Buffer.from('via the RTR'), Access.LOCAL_WRITE);
+    conn.qp.postSend({ wrId: 1, opcode: WrOpcode.SEND, flags: 0, sgList: [{ mr, offset: 0, length: 11 }] });
+    const [wc] = await s.cq.take(1);
+    t.like(wc, { status: WcStatus.SUCCESS, byteLen: 11 }, offer);
+    t.false(
+      events.events.some((e) => e.type === CmEventType.DISCONNECTED),
+      offer,
+    );
+    conn.destroy();
+    await s.close();
+  }
+  t.throws(() => createSoftProvider({ offerRtr: 'send' as 'read' }), { message: /offerRtr/ });
 });
 
 test('a Read Response must fill its Read sink from its offset to its size: otherwise DDP 1/1/1 and nothing placed', async (t) => {

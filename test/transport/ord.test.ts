@@ -45,3 +45,23 @@ for (const ird of [1, 4]) {
     }
   });
 }
+
+for (const offerRtr of ['read', 'both'] as const) {
+  test(`an initiator offering the ${offerRtr === 'read' ? 'Read RTR only (iw_cxgb4 by default)' : 'Write and Read RTRs (Linux siw)'}: calls with Read chunks run as on any connection`, async (t) => {
+    const lb = await loopback({ provider: { offerRtr }, client: { ird: 1 }, server: { maxReadChunks: 8 } });
+    lb.responder.override = (call, conn) => {
+      conn.reply(call, encodeReply(call.xid, call.message.subarray(CALL_DATA, CALL_DATA + 16)));
+      return true;
+    };
+    try {
+      const calls = [manyItemCall(1, 3, 5003), manyItemCall(2, 2, 4097)];
+      for (const c of calls) lb.client.submit(c);
+      const outs = await lb.collector.wait(2);
+      for (const o of outs) t.falsy(o.error, o.error?.message);
+      t.is(lb.server.snapshot().counters.rdmaReads, 5);
+      t.is(lb.client.state, 'ready');
+    } finally {
+      await lb.close();
+    }
+  });
+}

@@ -24,8 +24,24 @@ import {
   MPA_V2_IRD_ORD_MASK,
   MPA_V2_IRD_ORD_SIZE,
   MPA_V2_PEER_TO_PEER,
+  MPA_V2_ZERO_LENGTH_READ_RTR,
   MPA_V2_ZERO_LENGTH_WRITE_RTR,
+  Rtr,
 } from './wire.js';
+
+/**
+ * The RTR a peer-to-peer responder answers `ordWord` (the request's ORD word) with: one of those the
+ * initiator offered (RFC 6581 §5). The zero-length RDMA Write first, as Linux siw and iw_cxgb4 do. Else
+ * the zero-length RDMA Read, when we can take a Read Request (IRD at least 1): Chelsio's iw_cxgb4 offers
+ * only that one by default (`p2p_type` 1) and refuses a reply that names none. The zero-length Send
+ * (the Send RTR bit of the IRD word) is not taken, as in siw: it would consume a Receive the ULP posted.
+ * An initiator that offers only that one gets a reply naming none, and is the one to refuse it.
+ */
+function chooseRtr(ordWord: number, ird: number): Rtr {
+  if ((ordWord & MPA_V2_ZERO_LENGTH_WRITE_RTR) !== 0) return Rtr.WRITE;
+  if ((ordWord & MPA_V2_ZERO_LENGTH_READ_RTR) !== 0 && ird > 0) return Rtr.READ;
+  return Rtr.NONE;
+}
 
 /** What a connection needs from its device. */
 export interface SoftDeviceContext {
@@ -52,6 +68,14 @@ export interface SoftProviderOptions {
    * turn it on to run the native provider's memory rules where no device exists. Default false.
    */
   ownedMemoryOnly?: boolean;
+  /**
+   * The RTRs a peer-to-peer initiator offers (MPA revision 2, RFC 6581 §5): `write`, the zero-length
+   * RDMA Write; `read`, the zero-length RDMA Read (what Chelsio's iw_cxgb4 offers by default); `both`,
+   * as Linux siw. The responder picks one; ours picks the Write when offered. Default `both`: an
+   * iw_cxgb4 responder answers with its own `p2p_type` (the Read one by default) whatever was offered,
+   * so offering only the Write would refuse every Linux NFS/RDMA server on a Chelsio adapter.
+   */
+  offerRtr?: 'write' | 'read' | 'both';
 }
 
 /** ESTABLISHED/REJECTED/DISCONNECTED etc. are delivered after the current call stack, in order. */
@@ -111,6 +135,14 @@ export class SoftConnection implements Connection, QpOwner {
     return this.qp.ird;
   }
 
+  /** The ORD-word RTR bits an initiator offers (`SoftProviderOptions.offerRtr`). */
+  private offeredRtrs(): number {
+    const o = this.ctx.options.offerRtr;
+    return (
+      (o === 'read' ? 0 : MPA_V2_ZERO_LENGTH_WRITE_RTR) | (o === 'write' ? 0 : MPA_V2_ZERO_LENGTH_READ_RTR)
+    );
+  }
+
   private emit(event: CmEvent): void {
     deliver(this.init.onEvent, event);
   }
@@ -128,10 +160,10 @@ export class SoftConnection implements Connection, QpOwner {
       crc: this.ctx.options.crc,
       reject: false,
       revision: rev,
-      // RFC 6581 §5/§6: peer-to-peer mode, offering a zero-length RDMA Write as the RTR.
+      // RFC 6581 §5/§6: peer-to-peer mode, offering the RTRs `offerRtr` names.
       enhanced:
         rev === 2
-          ? { irdWord: MPA_V2_PEER_TO_PEER | this.myIrd, ordWord: MPA_V2_ZERO_LENGTH_WRITE_RTR | this.myOrd }
+          ? { irdWord: MPA_V2_PEER_TO_PEER | this.myIrd, ordWord: this.offeredRtrs() | this.myOrd }
           : undefined,
       privateData: pd,
     });
@@ -214,15 +246,22 @@ export class SoftConnection implements Connection, QpOwner {
       return;
     }
     let ord = rev === 2 ? this.myOrd : Math.min(this.myOrd, this.ctx.options.defaultOrd);
-    let sendRtr = false;
+    let sendRtr: Rtr = Rtr.NONE;
     let rtrRefused = false;
     if (reply.enhanced) {
       ord = Math.min(this.myOrd, irdOf(reply.enhanced.irdWord));
-      // RFC 6581 §5: a peer-to-peer reply names the RTR, one of those we offered: we offer only the
-      // zero-length RDMA Write. None, or the Send or Read one, is no matching RTR option.
+      // RFC 6581 §5: a peer-to-peer reply names the RTR, one of those we offered. None, the Send one
+      // (never offered), or one we did not offer is no matching RTR option.
       const p2p = (reply.enhanced.irdWord & MPA_V2_PEER_TO_PEER) !== 0;
-      sendRtr = p2p && (reply.enhanced.ordWord & MPA_V2_ZERO_LENGTH_WRITE_RTR) !== 0;
-      rtrRefused = p2p && !sendRtr;
+      const chosen = reply.enhanced.ordWord & this.offeredRtrs();
+      sendRtr = !p2p
+        ? Rtr.NONE
+        : (chosen & MPA_V2_ZERO_LENGTH_WRITE_RTR) !== 0
+          ? Rtr.WRITE
+          : (chosen & MPA_V2_ZERO_LENGTH_READ_RTR) !== 0 && ord > 0
+            ? Rtr.READ
+            : Rtr.NONE;
+      rtrRefused = p2p && sendRtr === Rtr.NONE;
     }
     const params: StreamParams = {
       crc: reply.crc,
@@ -231,7 +270,7 @@ export class SoftConnection implements Connection, QpOwner {
       ird: this.myIrd,
       waitForPeerFirst: false,
       sendRtr,
-      expectRtr: false,
+      expectRtr: Rtr.NONE,
     };
     if (rtrRefused) {
       // As Linux siw does, the responder is told why with a Terminate (MPA 2/0/7); the QP frames it and
@@ -244,7 +283,7 @@ export class SoftConnection implements Connection, QpOwner {
         undefined,
         new MpaError(
           'MPA_RTR_MISMATCH',
-          'MPA reply refused: peer-to-peer mode without the zero-length RDMA Write RTR we offered (RFC 6581 §5)',
+          'MPA reply refused: peer-to-peer mode without an RTR we offered (RFC 6581 §5)',
           { irdWord: words.irdWord, ordWord: words.ordWord },
         ),
       );
@@ -330,14 +369,19 @@ export class SoftConnection implements Connection, QpOwner {
     const crc = req.crc || this.ctx.options.crc;
     let ord = this.myOrd;
     let enhanced: MpaFrame['enhanced'];
-    let writeRtr = false;
+    let rtr: Rtr = Rtr.NONE;
     if (req.enhanced) {
       ord = Math.min(this.myOrd, irdOf(req.enhanced.irdWord));
       const p2p = (req.enhanced.irdWord & MPA_V2_PEER_TO_PEER) !== 0;
-      writeRtr = p2p && (req.enhanced.ordWord & MPA_V2_ZERO_LENGTH_WRITE_RTR) !== 0;
+      rtr = p2p ? chooseRtr(req.enhanced.ordWord, this.myIrd) : Rtr.NONE;
       enhanced = {
         irdWord: (p2p ? MPA_V2_PEER_TO_PEER : 0) | this.myIrd,
-        ordWord: (writeRtr ? MPA_V2_ZERO_LENGTH_WRITE_RTR : 0) | ord,
+        ordWord:
+          (rtr === Rtr.WRITE
+            ? MPA_V2_ZERO_LENGTH_WRITE_RTR
+            : rtr === Rtr.READ
+              ? MPA_V2_ZERO_LENGTH_READ_RTR
+              : 0) | ord,
       };
     }
     const reply = encodeMpa({
@@ -365,8 +409,8 @@ export class SoftConnection implements Connection, QpOwner {
         ord,
         ird: this.myIrd,
         waitForPeerFirst: true,
-        sendRtr: false,
-        expectRtr: writeRtr,
+        sendRtr: Rtr.NONE,
+        expectRtr: rtr,
       },
       leftover,
     );

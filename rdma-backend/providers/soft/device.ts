@@ -54,7 +54,11 @@ export function resolveOptions(o: SoftProviderOptions = {}): Required<SoftProvid
     defaultIrd: o.defaultIrd ?? 32,
     defaultOrd: o.defaultOrd ?? 32,
     ownedMemoryOnly: o.ownedMemoryOnly ?? false,
+    offerRtr: o.offerRtr ?? 'both',
   };
+  if (r.offerRtr !== 'write' && r.offerRtr !== 'read' && r.offerRtr !== 'both') {
+    throw invalidArgument("offerRtr must be 'write', 'read' or 'both'", { offerRtr: r.offerRtr });
+  }
   // A ULPDU must hold the largest header (Read Request: 46 bytes) and fit MPA's 16-bit length.
   if (!Number.isInteger(r.mulpdu) || r.mulpdu < 64 || r.mulpdu > 65535) {
     throw invalidArgument('mulpdu must be an integer in [64, 65535]', { mulpdu: r.mulpdu });

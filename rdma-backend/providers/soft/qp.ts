@@ -63,6 +63,8 @@ import {
   QN_TERMINATE,
   RDMAP_VERSION,
   READ_REQUEST_BODY,
+  READ_REQUEST_SIZE_AT,
+  Rtr,
   TAGGED_HEADER,
   TERM_HDRCT_D,
   TERM_HDRCT_M,
@@ -74,6 +76,9 @@ import {
 } from './wire.js';
 
 /** What the connection learned during MPA setup and hands to the QP. */
+/** The ORQ entry of our Read RTR (no send-queue position: its Read Response completes nothing). */
+const RTR_READ = -1;
+
 export interface StreamParams {
   crc: boolean;
   /** Largest ULPDU (DDP header + payload) we put in one FPDU. */
@@ -82,13 +87,16 @@ export interface StreamParams {
   ird: number;
   /** We must wait for the peer's first FPDU before transmitting (MPA responder, RFC 5044 §7.1.2). */
   waitForPeerFirst: boolean;
-  /** Send a zero-length RDMA Write as Ready-To-Receive first (MPA v2 peer-to-peer, RFC 6581 §6). */
-  sendRtr: boolean;
   /**
-   * The peer's first FPDU must be the RTR the reply negotiated, a zero-length RDMA Write (MPA v2
-   * peer-to-peer responder, RFC 6581 §5): anything else is refused unread (`checkRtr`).
+   * The RTR to send first (MPA v2 peer-to-peer initiator, RFC 6581 §6): a zero-length RDMA Write, or a
+   * zero-length RDMA Read Request whose Read Response is taken without a completion. `Rtr.NONE`: none.
    */
-  expectRtr: boolean;
+  sendRtr: Rtr;
+  /**
+   * The RTR the reply negotiated, which the peer's first FPDU must be (MPA v2 peer-to-peer responder,
+   * RFC 6581 §5): anything else is refused unread (`isRtr`). `Rtr.NONE`: no such check.
+   */
+  expectRtr: Rtr;
 }
 
 /** Callbacks into the owning connection. */
@@ -420,7 +428,8 @@ export class SoftQp implements QueuePair {
     this.state = QpState.RTS;
     socket.on('drain', this.onDrain);
     this.canTransmit = !params.waitForPeerFirst;
-    if (params.sendRtr) this.emitZeroLengthWrite();
+    if (params.sendRtr === Rtr.WRITE) this.emitZeroLengthWrite();
+    else if (params.sendRtr === Rtr.READ) this.emitRtrRead();
     if (leftover && leftover.length > 0) this.onData(leftover);
     this.schedulePump();
   }
@@ -707,6 +716,25 @@ export class SoftQp implements QueuePair {
     fr.end();
   }
 
+  /**
+   * The Read RTR: a Read Request for zero bytes, sink STag 0 at offset 0, source STag 1 (Linux siw's
+   * choice: some hardware treats STag 0 as special). It holds a Read credit (ORD) until its Read Response
+   * comes, which completes no work request (`RTR_READ` in the ORQ).
+   */
+  private emitRtrRead(): void {
+    const fr = this.framer as TxFramer;
+    const hdr = UNTAGGED_HEADER - 2 + READ_REQUEST_BODY;
+    const at = fr.begin(hdr, hdr);
+    this.writeUntagged(at, Op.READ_REQUEST, true, QN_READ_REQUEST, this.txMsn[QN_READ_REQUEST]++, 0, 0);
+    const b = fr.slab;
+    const p = at + UNTAGGED_HEADER - 2;
+    b.fill(0, p, p + READ_REQUEST_BODY);
+    b.writeUInt32BE(1, p + 16);
+    fr.end();
+    this.readsOutstanding++;
+    this.orq.push(RTR_READ);
+  }
+
   private emitReadRequest(e: SqEntry): void {
     const fr = this.framer as TxFramer;
     const hdr = UNTAGGED_HEADER - 2 + READ_REQUEST_BODY;
@@ -940,8 +968,8 @@ export class SoftQp implements QueuePair {
     }
     if (
       !this.gotFirstFpdu &&
-      (this.params as StreamParams).expectRtr &&
-      !this.isWriteRtr(tagged, op) &&
+      (this.params as StreamParams).expectRtr !== Rtr.NONE &&
+      !this.isRtr(tagged, op) &&
       (tagged || op !== Op.TERMINATE)
     ) {
       // Nothing of it is placed or delivered: the stream ends when its CRC has been checked. A Terminate
@@ -972,6 +1000,11 @@ export class SoftQp implements QueuePair {
         const pos = this.orq[0];
         if (pos === undefined) {
           this.pendingError = Term.RDMAP_OPCODE;
+          return;
+        }
+        if (pos === RTR_READ) {
+          // The answer to our Read RTR: to the sink we named (STag 0), nothing in it, in one segment.
+          if (stag !== 0 || len !== 0 || !this.rxLast) this.pendingError = Term.DDP_T_STAG_NOT_ASSOC;
           return;
         }
         const e = this.sq[pos % this.sq.length];
@@ -1100,12 +1133,26 @@ export class SoftQp implements QueuePair {
   }
 
   /**
-   * Is the segment whose header was just read the RTR a zero-length RDMA Write is (RFC 6581 §5/§6): a
-   * tagged Write, last, no payload? Its STag and tagged offset are not looked at: a zero-length Write's
-   * are not validated (RFC 5040 §5.1), and initiators differ (Linux siw sends STag 1, we send 0).
+   * Is the segment whose header was just read the RTR the reply negotiated (RFC 6581 §5/§6)?
+   * - Write RTR: a tagged Write, last, no payload. Its STag and tagged offset are not looked at: a
+   *   zero-length Write's are not validated (RFC 5040 §5.1), and initiators differ (Linux siw sends
+   *   STag 1, we send 0).
+   * - Read RTR: a Read Request, last, asking for zero bytes (what Chelsio's iw_cxgb4 sends by default,
+   *   and Linux siw when it is chosen). The rest of it is checked as any Read Request's (queue, MSN,
+   *   IRD), and it is answered as one: a zero-length Read Response to the sink it names; the source STag
+   *   of a zero-length Read is not validated (RFC 5040 §4.4).
    */
-  private isWriteRtr(tagged: boolean, op: number): boolean {
-    return tagged && op === Op.WRITE && this.rxLast && this.payloadLeft === 0;
+  private isRtr(tagged: boolean, op: number): boolean {
+    if ((this.params as StreamParams).expectRtr === Rtr.WRITE) {
+      return tagged && op === Op.WRITE && this.rxLast && this.payloadLeft === 0;
+    }
+    return (
+      !tagged &&
+      op === Op.READ_REQUEST &&
+      this.rxLast &&
+      this.payloadLeft === 0 &&
+      this.hdr.readUInt32BE(UNTAGGED_HEADER + READ_REQUEST_SIZE_AT) === 0
+    );
   }
 
   /** Tagged-buffer checks for a Write target / Read Response sink (DDP codes) or a Read source (RDMAP codes). */
@@ -1198,7 +1245,7 @@ export class SoftQp implements QueuePair {
       case Op.READ_REQUEST: {
         this.rxMsn[QN_READ_REQUEST]++;
         const p = UNTAGGED_HEADER;
-        const size = h.readUInt32BE(p + 12);
+        const size = h.readUInt32BE(p + READ_REQUEST_SIZE_AT);
         const srcStag = h.readUInt32BE(p + 16);
         const srcHi = h.readUInt32BE(p + 20);
         const srcLo = h.readUInt32BE(p + 24);
@@ -1249,16 +1296,25 @@ export class SoftQp implements QueuePair {
   private rtrError(): MpaError {
     const h = this.hdr;
     const c = Term.MPA_NO_MATCHING_RTR;
+    const read = (this.params as StreamParams).expectRtr === Rtr.READ;
     return new MpaError(
       'MPA_RTR_MISMATCH',
-      "the initiator's first FPDU is not the zero-length RDMA Write RTR negotiated for peer-to-peer mode (RFC 6581 §5)",
+      `the initiator's first FPDU is not the zero-length RDMA ${read ? 'Read Request' : 'Write'} RTR negotiated for peer-to-peer mode (RFC 6581 §5)`,
       {
-        expected: {
-          tagged: true,
-          opcode: Op.WRITE,
-          last: true,
-          ulpduLength: TAGGED_HEADER - MPA_LENGTH_SIZE,
-        },
+        expected: read
+          ? {
+              tagged: false,
+              opcode: Op.READ_REQUEST,
+              last: true,
+              ulpduLength: UNTAGGED_HEADER + READ_REQUEST_BODY - MPA_LENGTH_SIZE,
+              readSize: 0,
+            }
+          : {
+              tagged: true,
+              opcode: Op.WRITE,
+              last: true,
+              ulpduLength: TAGGED_HEADER - MPA_LENGTH_SIZE,
+            },
         got: {
           tagged: (h[2] & DDP_TAGGED) !== 0,
           opcode: h[3] & 0x0f,
@@ -1313,6 +1369,11 @@ export class SoftQp implements QueuePair {
 
   private completeRead(): void {
     const pos = this.orq.shift() as number;
+    if (pos === RTR_READ) {
+      this.readsOutstanding--;
+      this.schedulePump(); // an ORD-stalled Read may go now
+      return;
+    }
     const e = this.sq[pos % this.sq.length];
     e.state = ST_DONE;
     this.readsOutstanding--;

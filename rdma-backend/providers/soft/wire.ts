@@ -24,6 +24,17 @@ export const MPA_V2_ZERO_LENGTH_WRITE_RTR = 0x8000;
 export const MPA_V2_ZERO_LENGTH_READ_RTR = 0x4000;
 export const MPA_V2_IRD_ORD_MASK = 0x3fff;
 
+/** The RTR a peer-to-peer connection was set up with (RFC 6581 §5): the responder's first-FPDU check. */
+export const Rtr = {
+  /** Not peer-to-peer, or no RTR negotiated: any first FPDU. */
+  NONE: 0,
+  /** A zero-length RDMA Write, marked last. */
+  WRITE: 1,
+  /** A zero-length RDMA Read Request, answered with a zero-length Read Response. */
+  READ: 2,
+} as const;
+export type Rtr = (typeof Rtr)[keyof typeof Rtr];
+
 /** MPA framing: 2-byte ULPDU length before, pad to 4 and a 4-byte CRC after. */
 export const MPA_LENGTH_SIZE = 2;
 export const MPA_CRC_SIZE = 4;
@@ -57,6 +68,8 @@ export const TAGGED_HEADER = 2 + 2 + 4 + 8; // 16
 export const UNTAGGED_HEADER = 2 + 2 + 4 + 4 + 4 + 4; // 20
 /** RFC 5040 §4.4: sink STag, sink TO, size, source STag, source TO. */
 export const READ_REQUEST_BODY = 4 + 8 + 4 + 4 + 8; // 28
+/** Where the RDMA Read Message Size lies in that body, after the Data Sink STag and tagged offset. */
+export const READ_REQUEST_SIZE_AT = 12;
 /** RFC 5040 §4.8: Terminate Control word. */
 export const TERMINATE_CONTROL = 4;
 /**
