@@ -389,7 +389,7 @@ async function responderStatus(
       (x) =>
         `    #${x.id} ${x.peer} ${x.state.padEnd(11)} v${x.version}  ${x.callsInFlight} calls in progress`,
     ),
-    `  traffic: ${s.callsForwarded} calls forwarded, ${s.repliesSent} replies, ${s.pending} waiting upstream; ${s.connectionsAccepted} connections accepted, ${s.connectionsRefused} refused, ${s.acceptFailures} failed`,
+    `  traffic: ${s.callsForwarded} calls forwarded, ${s.repliesSent} replies, ${s.pending} waiting upstream; ${s.connectionsAccepted} connections accepted, ${s.connectionsRefused} refused, ${s.acceptFailures} failed, ${s.connectionsIdleClosed ?? 0} closed idle`,
   ];
   ctx.stdout.write(`${lines.join('\n')}\n`);
   return exit;

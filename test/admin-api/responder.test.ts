@@ -452,6 +452,8 @@ test('an idle connection the responder reaps shows in /v1/stats and /metrics; th
         Number(m.get('rpcrdma_gateway_responder_idle_closed_total')?.[0].value),
         h.responder.stats.idleClosed,
       );
+      const shown = await runStatus(['--url', h.admin.url], { RPCRDMA_GATEWAY_ADMIN_TOKEN: TOKEN });
+      t.regex(shown.stdout, /refused, 0 failed, [1-9]\d* closed idle\n/);
       // The client's TCP connection to the gateway is untouched; its next call goes on a new connection.
       await waitFor(() => g.pool.snapshot().ready === 1, 'the gateway reconnected');
       t.deepEqual(await c.echo(Buffer.from('after')), Buffer.from('after'));
