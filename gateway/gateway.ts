@@ -16,6 +16,7 @@ import {
   type BackoffOptions,
   ConnectionPool,
   type PoolSnapshot,
+  type TransportLogger,
   type TransportOptions,
 } from '../rdma-backend/transport/index.js';
 import type { Device } from '../rdma-backend/verbs/index.js';
@@ -86,9 +87,14 @@ export function defaultRegistry(): UlbRegistry {
 }
 
 /** Transport options from the configuration; chunks are sized for the largest record a client may send. */
-export function transportOptions(config: GatewayConfig, credits = config.rdma.credits): TransportOptions {
+export function transportOptions(
+  config: GatewayConfig,
+  credits = config.rdma.credits,
+  logger?: TransportLogger,
+): TransportOptions {
   const maxChunkSize = Math.max(4 * 1024 * 1024, config.frontend.maxRecordSize) + 64 * 1024;
   return {
+    logger,
     credits,
     sendSize: config.rdma.inlineSend,
     recvSize: config.rdma.inlineReceive,
@@ -181,7 +187,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   const reason =
     choice !== config.rdma.provider ? 'soft provider: the embedded chain runs in userspace' : selected.reason;
   log.info({ provider: provider.name, reason }, 'verbs provider selected');
-  const transport = transportOptions(config);
+  const transport = transportOptions(config, config.rdma.credits, log.child({ component: 'transport' }));
 
   let embedded: EmbeddedPeer | null = null;
   let peer: HostPort;
@@ -190,7 +196,11 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
       provider,
       upstream: config.upstream,
       registry,
-      transport: transportOptions(config, o.embeddedGrant ?? config.rdma.credits),
+      transport: transportOptions(
+        config,
+        o.embeddedGrant ?? config.rdma.credits,
+        log.child({ component: 'responder-transport' }),
+      ),
       maxRecordSize: Math.max(config.frontend.maxRecordSize, transport.maxChunkSize ?? 0),
       logger: log,
     });

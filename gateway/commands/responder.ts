@@ -30,7 +30,7 @@ export async function responder(ctx: CommandContext): Promise<number> {
   });
   const log = root;
   const { provider, reason } = selectProvider(config.rdma.provider, { soft: { crc: config.rdma.softCrc } });
-  const transport = transportOptions(config);
+  const transport = transportOptions(config, config.rdma.credits, log.child({ component: 'transport' }));
   let testProgram: TestProgramServer | null = null;
   let upstream = config.upstream;
   if (upstream === 'embedded') {

@@ -149,6 +149,9 @@ const noRequester: RequesterHandler = {
  * fields directly, so fields without a doc saying otherwise are internal, not API (the stable surface is
  * what `index.ts` documents: connect/accept, submit/abandon, reply/replyError, properties, snapshot, close).
  */
+/** Protocol errors of a peer logged per connection before they are only counted (`logPeerError`). */
+const PEER_ERRORS_LOGGED = 8;
+
 export class RpcRdmaConnection {
   readonly id = nextConnectionId++;
   readonly role: 'client' | 'server';
@@ -295,6 +298,10 @@ export class RpcRdmaConnection {
   readonly onClose: ((conn: RpcRdmaConnection, reason: string) => void) | undefined;
   readonly onReady: ((conn: RpcRdmaConnection) => void) | undefined;
   readonly log: TransportLogger;
+  /** `close()` was called: the end is ours (`logClosed`). */
+  private closedByUs = false;
+  /** Protocol errors of the peer logged so far (`logPeerError`). */
+  private peerErrorsLogged = 0;
   established: { resolve: () => void; reject: (e: Error) => void } | null = null;
   firstMessageSeen = false;
   /** Our current Receive buffer size (RBSIZ) — new Receives are posted with it. */
@@ -885,6 +892,7 @@ export class RpcRdmaConnection {
   /** Closes the connection: DISCONNECTED follows and every call is failed for retransmission. */
   close(reason = 'closed by us'): void {
     if (this.state === 'closed') return;
+    this.closedByUs = true;
     this.closeReason ||= reason;
     try {
       this.vconn?.disconnect();
@@ -943,6 +951,7 @@ export class RpcRdmaConnection {
     this.props.fail(err);
     this.established?.reject(err);
     this.established = null;
+    this.logClosed(failed.length);
     setImmediate(() => this.destroyResources());
     if (this.onClose) {
       try {
@@ -951,6 +960,46 @@ export class RpcRdmaConnection {
         this.handlerThrew('onClose', e, { reason: this.closeReason });
       }
     }
+  }
+
+  /**
+   * Says why the connection ended. Warn when it cost something or was not ours to end cleanly: calls in
+   * flight failed with it (to be resent), the peer ended it with a Terminate, or a completion failed.
+   * Info otherwise: closed by us (a pool closing, an idle reaper), or a clean disconnect by the peer with
+   * nothing in flight (a responder reaping an idle connection).
+   */
+  private logClosed(callsFailed: number): void {
+    const reason = this.closeReason;
+    const clean = callsFailed === 0 && (this.closedByUs || reason === 'disconnected');
+    const fields = {
+      code: clean ? 'RDMA_CONNECTION_CLOSED' : 'ERR_TRANSPORT_CONNECTION_LOST',
+      connection: this.id,
+      peer: this.peerKey,
+      role: this.role,
+      reason,
+      by: this.closedByUs ? 'us' : 'peer',
+      callsFailed,
+    };
+    if (clean) this.log.info?.(fields, `RDMA connection closed: ${reason}`);
+    else
+      this.log.warn(
+        fields,
+        `RDMA connection lost: ${reason}${callsFailed > 0 ? `; ${callsFailed} call(s) in flight failed for retransmission` : ''}`,
+      );
+  }
+
+  /**
+   * Logs a message of the peer's that broke the protocol, with what we did about it, at most
+   * `PEER_ERRORS_LOGGED` times per connection: a peer that keeps doing it must not flood the log. The rest
+   * are only counted (`errorsSent`, `droppedMessages`: `/v1/stats`), which the last line logged says.
+   */
+  logPeerError(fields: Record<string, unknown>, msg: string): void {
+    if (this.peerErrorsLogged >= PEER_ERRORS_LOGGED) return;
+    const last = ++this.peerErrorsLogged === PEER_ERRORS_LOGGED;
+    this.log.warn(
+      { connection: this.id, peer: this.peerKey, ...fields, ...(last ? { moreNotLogged: true } : {}) },
+      last ? `${msg} (further protocol errors of this peer are counted, not logged)` : msg,
+    );
   }
 
   /**

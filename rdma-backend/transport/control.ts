@@ -71,16 +71,40 @@ export function sendVersError(
   if (slot < 0) return;
   encodeVersError(c.w, xid, theirVersion, c.grant, low, high);
   c.postSendSlot(slot, c.w.length, WrOpcode.SEND, 0);
-  countSent(c, 1, ERR_VERS);
+  countSent(c, 1, ERR_VERS, xid, { reason: `a message of RPC-over-RDMA version ${theirVersion}` });
 }
 
-function countSent(c: RpcRdmaConnection, version: number, code: number): void {
+/** Why we refused a message of the peer's (logged with the error we answered it with). */
+export interface RefusalDetail {
+  reason: string;
+  /** The header field at fault and its byte offset, when the decoder named them. */
+  field?: string;
+  offset?: number;
+}
+
+function countSent(
+  c: RpcRdmaConnection,
+  version: number,
+  code: number,
+  xid: number,
+  detail?: RefusalDetail,
+): void {
   c.counters.errorsSent++;
   const name = rpcRdmaErrorName(version, code);
   c.errorsByCode.sent[name] = (c.errorsByCode.sent[name] ?? 0) + 1;
+  c.logPeerError(
+    { code: 'ERR_TRANSPORT_PEER_PROTOCOL', answered: name, xid, version, ...detail },
+    `RDMA peer's message refused with ${name}${detail ? `: ${detail.reason}` : ''}`,
+  );
 }
 
-export function sendError(c: RpcRdmaConnection, xid: number, version: number, body: RpcRdmaErrorBody): void {
+export function sendError(
+  c: RpcRdmaConnection,
+  xid: number,
+  version: number,
+  body: RpcRdmaErrorBody,
+  detail?: RefusalDetail,
+): void {
   // An error answers a message of the peer's: the credit word is our grant, F_RESPONSE is set.
   const sent =
     version === 1
@@ -93,7 +117,7 @@ export function sendError(c: RpcRdmaConnection, xid: number, version: number, bo
           flags: RPCRDMA2_F_RESPONSE,
           error: body,
         });
-  if (sent) countSent(c, version, body.code);
+  if (sent) countSent(c, version, body.code, xid, detail);
 }
 
 export function sendConnProp(c: RpcRdmaConnection, xid: number, flags: number, credit: number): void {
@@ -128,11 +152,19 @@ export function nextControlXid(c: RpcRdmaConnection): number {
 export function answerDecodeError(c: RpcRdmaConnection, e: RpcRdmaDecodeError): void {
   if (e.xid === undefined) {
     c.counters.droppedMessages++;
+    c.logPeerError(
+      { code: 'ERR_TRANSPORT_PEER_PROTOCOL', reason: e.message, field: e.field, offset: e.offset },
+      `RDMA peer's message dropped (too short to answer): ${e.message}`,
+    );
     return;
   }
   if (e.reply.code === ERR_VERS) {
     sendVersError(c, e.xid, e.version, e.reply.versLow ?? 1, e.reply.versHigh ?? c.opts.maxVersion);
     return;
   }
-  sendError(c, e.xid, e.version === 1 ? 1 : 2, e.reply);
+  sendError(c, e.xid, e.version === 1 ? 1 : 2, e.reply, {
+    reason: e.message,
+    field: e.field,
+    offset: e.offset,
+  });
 }

@@ -83,8 +83,10 @@ export interface TransportOptions {
    */
   versionGuessTtlMs?: number;
   /**
-   * Where the transport reports what it cannot hand to anyone else (a user handler that threw). A pino
-   * logger fits; the default writes nothing but the `handlerErrors` counter still counts.
+   * Where the transport reports what it cannot hand to anyone else: a user handler that threw, a peer
+   * message that broke the protocol (and the error we answered it with; at most a few per connection),
+   * a connection that ended (warn when calls were lost with it or the peer ended it with an error; info
+   * otherwise). A pino logger fits; the default writes nothing, the counters still count.
    */
   logger?: TransportLogger;
 }
@@ -152,6 +154,8 @@ export function rememberedVersion(peerKey: string): 1 | 2 | undefined {
 /** The structured logger the transport writes to (a pino `Logger` fits). */
 export interface TransportLogger {
   warn(obj: Record<string, unknown>, msg: string): void;
+  /** Routine events (a connection closed with nothing lost). Optional: a logger without it skips them. */
+  info?(obj: Record<string, unknown>, msg: string): void;
 }
 
 export const SILENT: TransportLogger = { warn() {} };

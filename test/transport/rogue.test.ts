@@ -495,3 +495,85 @@ test('a version guess never weakens what a peer said: ERR_VERS stays past the TT
   t.is(rememberedVersion(refused), 1, 'still Version 1: the peer said so');
   t.is(rememberedVersion(answered), undefined, 'the guess expired: ask for Version 2 again');
 });
+
+test('a peer that breaks the protocol is logged with the reason and what it was answered, at most 8 times per connection', async (t) => {
+  const lines: { obj: Record<string, unknown>; msg: string }[] = [];
+  const logger = {
+    warn: (obj: Record<string, unknown>, msg: string) => void lines.push({ obj, msg }),
+    info: () => {},
+  };
+  await withRogue(
+    async (s, peer) => {
+      // Version 2 first (CONNPROP), then 20 headers whose read list is cut short.
+      await peer.ask(headerBytes({ version: 2, htype: 5, xid: 1, credit: 8, props: [] }));
+      for (let i = 0; i < 20; i++) await peer.ask(words(100 + i, 2, 8, 0, 0, 0, 1, 5));
+      const refused = lines.filter((l) => l.obj.code === 'ERR_TRANSPORT_PEER_PROTOCOL');
+      t.is(refused.length, 8, 'eight logged, the rest only counted');
+      t.like(refused[0].obj, { answered: 'RDMA2_ERR_BAD_XDR', xid: 100, version: 2 });
+      t.is(typeof refused[0].obj.reason, 'string');
+      t.is(typeof refused[0].obj.field, 'string', 'the header field at fault');
+      t.regex(refused[0].msg, /^RDMA peer's message refused with RDMA2_ERR_BAD_XDR: /);
+      t.true(refused[7].obj.moreNotLogged);
+      t.regex(refused[7].msg, /further protocol errors of this peer are counted, not logged/);
+      t.is(s.conns[0].snapshot().counters.errorsSent, 20, 'every one counted');
+    },
+    { logger },
+  );
+});
+
+test('a connection that ends is logged: info when nothing was lost, warn with the calls failed when some were', async (t) => {
+  const lines: { level: string; obj: Record<string, unknown>; msg: string }[] = [];
+  const logger = {
+    warn: (obj: Record<string, unknown>, msg: string) => void lines.push({ level: 'warn', obj, msg }),
+    info: (obj: Record<string, unknown>, msg: string) => void lines.push({ level: 'info', obj, msg }),
+  };
+  // Closed by us, nothing in flight: info.
+  const s = await echoServer();
+  try {
+    const quiet = new Collector();
+    const c = await RpcRdmaConnection.connect({
+      device: await createSoftProvider().openDevice(),
+      host: '127.0.0.1',
+      port: s.listener.port,
+      requester: quiet,
+      options: { peerKey: `log-close-${process.pid}`, logger },
+    });
+    c.submit(TestCall.echo(1, Buffer.from('x'), false));
+    await quiet.wait(1);
+    c.close('done with it');
+    await delay(20);
+    t.like(lines.at(-1), {
+      level: 'info',
+      obj: {
+        code: 'RDMA_CONNECTION_CLOSED',
+        by: 'us',
+        reason: 'done with it',
+        callsFailed: 0,
+        role: 'client',
+      },
+    });
+  } finally {
+    await s.close();
+  }
+  // The peer goes away with calls in flight: warn, with how many are to be resent.
+  const held = await echoServer({}, { hold: true });
+  try {
+    const lost = new Collector();
+    const c = await RpcRdmaConnection.connect({
+      device: await createSoftProvider().openDevice(),
+      host: '127.0.0.1',
+      port: held.listener.port,
+      requester: lost,
+      options: { peerKey: `log-lost-${process.pid}`, logger },
+    });
+    for (let xid = 1; xid <= 3; xid++) c.submit(TestCall.echo(xid, Buffer.from('x'), false));
+    await delay(50);
+    held.conns[0].close('responder went away');
+    await lost.wait(3);
+    const warn = lines.find((l) => l.level === 'warn' && l.obj.code === 'ERR_TRANSPORT_CONNECTION_LOST');
+    t.like(warn, { obj: { by: 'peer', callsFailed: 3, role: 'client' } });
+    t.regex(warn?.msg ?? '', /3 call\(s\) in flight failed for retransmission/);
+  } finally {
+    await held.close();
+  }
+});
