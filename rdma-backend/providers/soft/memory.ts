@@ -3,6 +3,12 @@
  * `index << 8 | key` (RFC 5040 §2.1 leaves the layout to the RNIC; this is the layout of every iWARP
  * RNIC and of Linux siw): the index finds the region, the 8-bit key must match, so `rekey()` revokes
  * every rkey handed out before it. lkey and rkey are the same STag, as with siw.
+ *
+ * The key of an index advances by one at every rekey and every registration that reuses the index (as
+ * ULPs do with `ib_inc_rkey` on a fast-registered MR), so an rkey handed out comes back only after 254
+ * more keys at that index, whatever other regions do meanwhile. One device-wide counter would not bound
+ * it: with 254 registrations elsewhere between two rekeys, a region got its previous key back, and a
+ * stale rkey of a deregistered region could name the region that took its index.
  */
 import {
   Access,
@@ -17,6 +23,8 @@ export class StagTable {
   private readonly regions: (SoftMr | undefined)[] = [undefined]; // index 0 is never used: STag 0 is invalid
   private readonly free: number[] = [];
   private nextKey = 1;
+  /** The last key given at each index (`keyFor`). */
+  private readonly lastKeys: number[] = [];
 
   constructor(private readonly maxMr: number) {}
 
@@ -42,10 +50,20 @@ export class StagTable {
     this.free.push(index);
   }
 
-  /** A fresh 8-bit key (cycles through 1..255 so consecutive rekeys differ). */
-  newKey(): number {
-    const k = this.nextKey;
-    this.nextKey = this.nextKey === 255 ? 1 : this.nextKey + 1;
+  /**
+   * The next 8-bit key (1..255) at `index`: the one after the last given there, or, at an index never used,
+   * the next of a device-wide counter (so that new regions do not all start alike).
+   */
+  keyFor(index: number): number {
+    const last = this.lastKeys[index];
+    let k: number;
+    if (last === undefined) {
+      k = this.nextKey;
+      this.nextKey = this.nextKey === 255 ? 1 : this.nextKey + 1;
+    } else {
+      k = last === 255 ? 1 : last + 1;
+    }
+    this.lastKeys[index] = k;
     return k;
   }
 
@@ -129,7 +147,7 @@ export class SoftMr implements MemoryRegion {
   ) {
     this.length = buffer.length;
     this.index = stags.allocate(this);
-    this.key = stags.newKey();
+    this.key = stags.keyFor(this.index);
     this.iovaHi = this.index;
     this.iova = BigInt(this.index) << 32n;
   }
@@ -148,7 +166,7 @@ export class SoftMr implements MemoryRegion {
       throw invalidArgument('rekey length must be in 1..buffer.length', { length, max: this.buffer.length });
     }
     this.length = length;
-    this.key = this.stags.newKey();
+    this.key = this.stags.keyFor(this.index);
     this.valid = true;
   }
 
