@@ -92,9 +92,12 @@ function countSent(
   c.counters.errorsSent++;
   const name = rpcRdmaErrorName(version, code);
   c.errorsByCode.sent[name] = (c.errorsByCode.sent[name] ?? 0) + 1;
+  // Only a refusal of the peer's doing says why; one of ours (a handler that threw, a resource limit) is
+  // logged where it happened, or only counted.
+  if (detail === undefined) return;
   c.logPeerError(
     { code: 'ERR_TRANSPORT_PEER_PROTOCOL', answered: name, xid, version, ...detail },
-    `RDMA peer's message refused with ${name}${detail ? `: ${detail.reason}` : ''}`,
+    `RDMA peer's message refused with ${name}: ${detail.reason}`,
   );
 }
 

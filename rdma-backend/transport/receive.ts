@@ -158,7 +158,7 @@ export function dispatch(c: RpcRdmaConnection, buf: Buffer, end: number, wc: Wor
       return;
     }
     if (h.proc !== RDMA_MSG && h.proc !== RDMA_NOMSG) {
-      sendError(c, h.xid, 1, { code: ERR_CHUNK });
+      sendError(c, h.xid, 1, { code: ERR_CHUNK }, { reason: `rdma_proc ${h.proc} is not a message` });
       return;
     }
     // Version 1 has no direction flag: an inline message says by its msg_type (RFC 8167 §4); a
@@ -166,7 +166,7 @@ export function dispatch(c: RpcRdmaConnection, buf: Buffer, end: number, wc: Wor
     let isCall: boolean;
     if (h.proc === RDMA_MSG) {
       if (end - h.payloadOffset < 8) {
-        sendError(c, h.xid, 1, { code: ERR_CHUNK });
+        sendError(c, h.xid, 1, { code: ERR_CHUNK }, { reason: 'RDMA_MSG carries no RPC header' });
         return;
       }
       isCall = buf.readUInt32BE(h.payloadOffset + 4) === 0;
@@ -185,7 +185,13 @@ export function dispatch(c: RpcRdmaConnection, buf: Buffer, end: number, wc: Wor
         // Seed 004 §3.2: the flag MUST equal the RPC msg_type of an inline message.
         const msgType = end - h.payloadOffset >= 8 ? buf.readUInt32BE(h.payloadOffset + 4) : -1;
         if (msgType !== (response ? 1 : 0)) {
-          sendError(c, h.xid, 2, { code: RDMA2_ERR_BAD_XDR });
+          sendError(
+            c,
+            h.xid,
+            2,
+            { code: RDMA2_ERR_BAD_XDR },
+            { reason: `F_RESPONSE ${response ? 'set' : 'clear'} on an RPC message of msg_type ${msgType}` },
+          );
           return;
         }
       }
@@ -215,7 +221,13 @@ export function dispatch(c: RpcRdmaConnection, buf: Buffer, end: number, wc: Wor
       onDone(c, h.xid, wc);
       return;
     default:
-      sendError(c, (h as { xid: number }).xid, 2, { code: RDMA2_ERR_INVAL_HTYPE });
+      sendError(
+        c,
+        (h as { xid: number }).xid,
+        2,
+        { code: RDMA2_ERR_INVAL_HTYPE },
+        { reason: `header type ${(h as { htype: number }).htype} is not handled here` },
+      );
       return;
   }
 }

@@ -79,13 +79,25 @@ export function onInboundCall(
   }
   if (backward && (chunks.reads.length > 0 || chunks.writes.length > 0 || chunks.reply)) {
     // RFC 8167 §4: backward messages carry no chunks.
-    sendError(c, xid, version, { code: errorFor(version, RDMA2_ERR_BAD_XDR) });
+    sendError(
+      c,
+      xid,
+      version,
+      { code: errorFor(version, RDMA2_ERR_BAD_XDR) },
+      { reason: 'a backward call carries chunks (RFC 8167 §4)' },
+    );
     return;
   }
   // Most calls carry no Read chunk: skip the grouping (and its arrays) for them.
   const grouped = chunks.reads.length === 0 ? NO_READ_CHUNKS : groupReadChunks(chunks.reads);
   if (grouped === null) {
-    sendError(c, xid, version, { code: errorFor(version, RDMA2_ERR_BAD_XDR) });
+    sendError(
+      c,
+      xid,
+      version,
+      { code: errorFor(version, RDMA2_ERR_BAD_XDR) },
+      { reason: 'Read list positions go backwards (RFC 8166 §3.4.5)' },
+    );
     return;
   }
   const { positions, lengths, segments } = grouped;
@@ -100,18 +112,40 @@ export function onInboundCall(
   const pz = positions.length > 0 && positions[0] === 0;
   // A NOMSG call needs a Position-Zero Read chunk; an MSG call must not have one (RFC 8166 §3.5.3).
   if (nomsg !== pz) {
-    sendError(c, xid, version, { code: errorFor(version, RDMA2_ERR_BAD_XDR) });
+    sendError(
+      c,
+      xid,
+      version,
+      { code: errorFor(version, RDMA2_ERR_BAD_XDR) },
+      {
+        reason: nomsg
+          ? 'a NOMSG call without a Position-Zero Read chunk'
+          : 'an inline call with a Position-Zero Read chunk (RFC 8166 §3.5.3)',
+      },
+    );
     return;
   }
   for (let i = 0; i < lengths.length; i++) {
     if (lengths[i] > c.opts.maxChunkSize) {
-      sendError(c, xid, version, { code: errorFor(version, RDMA2_ERR_SYSTEM) });
+      sendError(
+        c,
+        xid,
+        version,
+        { code: errorFor(version, RDMA2_ERR_SYSTEM) },
+        { reason: `a Read chunk of ${lengths[i]} bytes, over the ${c.opts.maxChunkSize} we take` },
+      );
       return;
     }
   }
   if (positions.length > 0 && !readChunkInsertPoints(positions, lengths, nomsg, end - payloadOffset, ATS)) {
     // Refused before a single RDMA Read: a bogus position must not cost us the peer's chunk data first.
-    sendError(c, xid, version, { code: errorFor(version, RDMA2_ERR_BAD_XDR) });
+    sendError(
+      c,
+      xid,
+      version,
+      { code: errorFor(version, RDMA2_ERR_BAD_XDR) },
+      { reason: 'a Read chunk position outside the inline message, or not on an XDR boundary' },
+    );
     return;
   }
   let inline = EMPTY;
