@@ -244,9 +244,15 @@ export interface CompletionQueue {
 export interface ConnParam {
   /** Private data for the peer (RFC 8797 data for RPC-over-RDMA). ≤ `caps.maxPrivateData.*`. */
   privateData?: Buffer;
-  /** IRD: incoming RDMA Reads we accept outstanding (`responder_resources`). Default: device max, capped. */
+  /**
+   * IRD: incoming RDMA Reads we accept outstanding (`responder_resources`). Default: the provider's (native: 16,
+   * or the device's maximum when lower; soft: `defaultIrd`, 32), never above the device's maximum.
+   */
   ird?: number;
-  /** ORD: outgoing RDMA Reads we keep outstanding (`initiator_depth`). Default: device max, capped. */
+  /**
+   * ORD: outgoing RDMA Reads we keep outstanding (`initiator_depth`). Default: the provider's (native: 16,
+   * or the device's maximum when lower; soft: `defaultOrd`, 32), never above the device's maximum.
+   */
   ord?: number;
 }
 
