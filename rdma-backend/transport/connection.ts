@@ -975,7 +975,8 @@ export class RpcRdmaConnection {
       code: clean ? 'RDMA_CONNECTION_CLOSED' : 'ERR_TRANSPORT_CONNECTION_LOST',
       connection: this.id,
       peer: this.peerKey,
-      role: this.role,
+      // Not `role`: the process logger's base field (gateway or responder) has that name.
+      end: this.role,
       reason,
       by: this.closedByUs ? 'us' : 'peer',
       callsFailed,

@@ -549,7 +549,7 @@ test('a connection that ends is logged: info when nothing was lost, warn with th
         by: 'us',
         reason: 'done with it',
         callsFailed: 0,
-        role: 'client',
+        end: 'client',
       },
     });
   } finally {
@@ -571,7 +571,7 @@ test('a connection that ends is logged: info when nothing was lost, warn with th
     held.conns[0].close('responder went away');
     await lost.wait(3);
     const warn = lines.find((l) => l.level === 'warn' && l.obj.code === 'ERR_TRANSPORT_CONNECTION_LOST');
-    t.like(warn, { obj: { by: 'peer', callsFailed: 3, role: 'client' } });
+    t.like(warn, { obj: { by: 'peer', callsFailed: 3, end: 'client' } });
     t.regex(warn?.msg ?? '', /3 call\(s\) in flight failed for retransmission/);
   } finally {
     await held.close();
