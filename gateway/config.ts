@@ -265,7 +265,7 @@ export const CONFIG_SCHEMA: readonly KeyDef[] = [
     key: 'responder.idleTimeoutMs',
     kind: { type: 'int', min: 0, max: 0x7fff_ffff },
     default: DEFAULT_RESPONDER_IDLE_TIMEOUT_MS,
-    doc: "Close an accepted RDMA connection (and its upstream TCP connection) that carried no call, reply or callback for one to two of these periods and has nothing in flight, as Linux's server reaps idle connections (logged with IDLE_TIMEOUT; 0: never). A gateway's pool reconnects at once; an NFSv4.1 session's connection stays busy with the lease renewals.",
+    doc: "Close an accepted RDMA connection (and its upstream TCP connection) that carried no call, reply or callback for one to two of these periods and has nothing in flight, as Linux's server reaps idle connections (logged with IDLE_TIMEOUT; 0: never). A gateway's pool opens a new one after its first reconnect delay (about 100 ms), so reaping a live gateway's idle connections renews them rather than freeing them; it frees what a gone or silent peer held. An NFSv4.1 session's connection stays busy with the lease renewals.",
   },
   {
     key: 'admin.listen',

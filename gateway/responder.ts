@@ -50,7 +50,7 @@ export interface ResponderOptions {
    * nothing in flight (0: never). Swept every `idleTimeoutMs`, as Linux does: a connection goes after
    * one to two periods without traffic. A peer that connects and sends nothing (no RTR, no call) holds
    * its slot of `maxConnections` and its registered buffers no longer than that. A gateway's pool
-   * reconnects at once (`rdma.reconnect*`). Default six minutes.
+   * opens a new connection after its first reconnect delay. Default six minutes.
    */
   idleTimeoutMs?: number;
   logger?: Logger;
@@ -199,24 +199,20 @@ export class Responder {
   }
 
   /**
-   * One sweep of the idle reaper (mark and sweep, like Linux's `XPT_OLD`): a connection that carried
-   * traffic since the last sweep is only marked; one marked at the last sweep, with nothing in flight
-   * either way (calls being pulled or at the upstream, callbacks out), is closed. Closing it ends its
-   * upstream TCP connection too; the requester reconnects when it needs to.
+   * One sweep of the idle reaper (mark and sweep, like Linux's `XPT_OLD`). A connection with work in
+   * flight is left alone: a call at the upstream, or anything the transport is still doing
+   * (`RpcRdmaConnection.workInFlight`: Read chunks being pulled, a reply waiting for a send slot or exposed
+   * for the requester's pull, callbacks out). Of the others, one that carried traffic (a call, a reply, a
+   * callback or its reply) since the last sweep is only unmarked; one unmarked at the last sweep is closed,
+   * a period or more after its last traffic. Closing it ends its upstream TCP connection too; the
+   * requester reconnects.
    */
   private closeIdle(idleTimeoutMs: number): void {
     for (const l of this.links) {
       const conn = l.conn;
       if (!conn || conn.state === 'closed') continue;
+      if (l.outstanding > 0 || conn.workInFlight) continue;
       if (l.takeActivity()) continue;
-      if (
-        l.outstanding > 0 ||
-        conn.inboundActive > 0 ||
-        conn.credits.outstanding > 0 ||
-        conn.queuedCalls > 0
-      ) {
-        continue;
-      }
       this.stats.idleClosed++;
       l.log.info(
         { reason: 'IDLE_TIMEOUT', idleTimeoutMs, connection: conn.id },

@@ -137,7 +137,7 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
   private lingerTimer: NodeJS.Timeout | null = null;
   private readonly writer: RecordWriter;
   /**
-   * Whether a call, a callback or its reply went through since the idle reaper last looked
+   * Whether a call, its reply, a callback or its reply went through since the idle reaper last looked
    * (`takeActivity`). A new connection counts as active: it gets a whole period before it can go.
    */
   private active = true;
@@ -287,6 +287,7 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
     }
     this.pending.delete(xid);
     this.o.stats.pending--;
+    this.active = true;
     const inbound = p.inbound as InboundCall;
     p.inbound = null;
     if (!this.rdmaClosed) {
@@ -371,9 +372,12 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
 
   private endUpstream(): void {
     if (this.lingerTimer) clearTimeout(this.lingerTimer);
-    this.lingerTimer = null;
     this.flush();
     this.socket.end();
+    // An upstream that never closes its side would keep the link (and its socket) for ever; the reaper
+    // makes RDMA closes routine, so a bounded wait for its FIN, then the socket goes.
+    this.lingerTimer = setTimeout(() => this.socket.destroy(), this.o.lingerMs);
+    this.lingerTimer.unref();
   }
 
   private onUpstreamClosed(): void {

@@ -1034,6 +1034,21 @@ export class RpcRdmaConnection {
     return this.queue.length;
   }
 
+  /**
+   * Whether closing now would cut short something under way in either direction: calls of ours in flight
+   * or queued, inbound calls whose Read chunks are being pulled, replies waiting for a send slot, replies
+   * exposed in responder-provided Read chunks until the requester's RDMA2_DONE. (An idle reaper asks.)
+   */
+  get workInFlight(): boolean {
+    return (
+      this.credits.outstanding > 0 ||
+      this.queue.length > 0 ||
+      this.inboundActive > 0 ||
+      this.pendingReplies.length > 0 ||
+      this.rprcPending.size > 0
+    );
+  }
+
   snapshot(): ConnectionSnapshot {
     return {
       id: this.id,

@@ -18,6 +18,7 @@ import {
   type TransportCall,
   type TransportError,
 } from '../../rdma-backend/transport/index.js';
+import { pumpReads } from '../../rdma-backend/transport/responder.js';
 import { frameRecord, RecordDecoder } from '../../tcp-frontend/record-marking.js';
 import { mpaRequest } from '../helpers/iwarp-frames.js';
 import { deviceRefusingRegistration } from '../helpers/refusing-device.js';
@@ -385,6 +386,8 @@ async function idleResponder(
     logger,
   });
   const { port } = await responder.listen();
+  // The sweeps run at listenedAt + k × idleTimeoutMs.
+  const listenedAt = Date.now();
   const open: { close(): void }[] = [];
   t.teardown(async () => {
     for (const c of open) c.close();
@@ -407,14 +410,14 @@ async function idleResponder(
   /** Answers a held call. */
   const answer = (xid: number) =>
     (held.get(xid) as Socket).write(Buffer.concat(frameRecord(reply(xid, Buffer.alloc(4)))));
-  return { responder, port, u, lines, open, connect, answer };
+  return { responder, port, u, lines, open, connect, answer, listenedAt };
 }
 
 test('the idle reaper closes a connection with no traffic for one to two periods, and its upstream; busy ones stay', async (t) => {
   const IDLE = 400;
   const w = await idleResponder(t, IDLE, new Set([500]));
+  const connectedAt = Date.now(); // before the connect: the guarantee runs from the accept
   const idleOne = await w.connect();
-  const connectedAt = Date.now();
   const busyOutcomes = new Outcomes();
   const busy = await w.connect(busyOutcomes);
   const heldOutcomes = new Outcomes();
@@ -504,4 +507,130 @@ test('a pool whose idle connection the responder reaps reconnects and serves the
   await waitFor(() => outcomes.replies.length === 2, 'the reply on the new connection');
   t.is(outcomes.failures.length, 0);
   t.is(w.responder.stats.connections, 2);
+});
+
+test('a reply is traffic: a connection is reaped a period or more after its last reply, not at the next sweep', async (t) => {
+  const IDLE = 400;
+  const w = await idleResponder(t, IDLE, new Set([600]));
+  const outcomes = new Outcomes();
+  const conn = await w.connect(outcomes);
+  conn.submit(call(600)); // held at the upstream across two sweeps (which unmark the link)
+  await new Promise((r) => setTimeout(r, w.listenedAt + 2.85 * IDLE - Date.now()));
+  const repliedAt = Date.now();
+  w.answer(600); // just before the third sweep
+  await waitFor(() => outcomes.replies.length === 1, 'the reply');
+  await waitFor(() => conn.state === 'closed', 'reaped once idle', 4 * IDLE + 2000);
+  t.true(Date.now() - repliedAt >= IDLE - 15, `reaped ${Date.now() - repliedAt} ms after its reply`);
+  t.is(outcomes.failures.length, 0);
+});
+
+test('a reply exposed for the requester to pull (responder-provided Read chunk) is not cut off by a sweep: the call runs once', async (t) => {
+  const IDLE = 600;
+  const seen: number[] = [];
+  let listenedAt = 0;
+  const u = await upstream((s, record) => {
+    const xid = record.readUInt32BE(0);
+    seen.push(xid);
+    // Answered 50 ms before the second sweep, with 64 KiB the call left no room for (it is exposed).
+    setTimeout(
+      () => s.write(Buffer.concat(frameRecord(reply(xid, Buffer.alloc(64 * 1024, 1))))),
+      Math.max(0, listenedAt + 1.92 * IDLE - Date.now()),
+    );
+  });
+  const responder = new Responder({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port: 0,
+    upstream: { host: '127.0.0.1', port: u.port },
+    registry: defaultRegistry(),
+    idleTimeoutMs: IDLE,
+  });
+  const { port } = await responder.listen();
+  listenedAt = Date.now();
+  const conns: RpcRdmaConnection[] = [];
+  const got: number[] = [];
+  const failed: string[] = [];
+  let pool: ConnectionPool | null = null;
+  pool = new ConnectionPool({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port,
+    size: 1,
+    options: { peerKey: `responder-rprc-reap-${port}` },
+    backoff: { initialMs: 50, maxMs: 200 },
+    onReady: (c) => conns.push(c),
+    requester: {
+      onReply: (c) => void got.push(c.xid),
+      onFailed: (c, e) => {
+        failed.push(e.code);
+        if (e.retransmit) pool?.submit(c); // as the gateway's router does
+      },
+    },
+  });
+  t.teardown(async () => {
+    pool?.close();
+    await responder.close(500);
+    u.server.close();
+    for (const s of u.sockets) s.destroy();
+  });
+  await pool.start();
+  await waitFor(() => conns.length === 1 && conns[0].state === 'ready', 'ready');
+  await new Promise((r) => setTimeout(r, listenedAt + 0.5 * IDLE - Date.now()));
+  // The requester's pull is held back for 150 ms (its Read credits taken), across the second sweep.
+  const requester = conns[0] as unknown as { ord: number; readJobs: unknown[] };
+  const ord = requester.ord;
+  requester.ord = 0;
+  pool.submit({ ...call(7), maxReplySize: 100 });
+  await waitFor(
+    () => [...responder.links].some((l) => (l.conn?.rprcPending.size ?? 0) === 1),
+    'the reply exposed',
+    3 * IDLE,
+  );
+  setTimeout(() => {
+    requester.ord = ord;
+    pumpReads(conns[0]);
+  }, 150);
+  await waitFor(() => got.length === 1, 'the reply', 6 * IDLE + 3000);
+  t.deepEqual(seen, [7], 'the upstream ran the call once');
+  t.deepEqual(failed, []);
+});
+
+test('a reaped link whose upstream never closes its side goes anyway, lingerMs after its FIN', async (t) => {
+  const sockets: Socket[] = [];
+  const server = createServer({ allowHalfOpen: true }, (s) => {
+    sockets.push(s);
+    s.on('error', () => {});
+    s.resume(); // reads everything, never ends its side
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const responder = new Responder({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port: 0,
+    upstream: { host: '127.0.0.1', port: (server.address() as { port: number }).port },
+    registry: defaultRegistry(),
+    idleTimeoutMs: 300,
+    lingerMs: 500,
+  });
+  const { port } = await responder.listen();
+  const conn = await RpcRdmaConnection.connect({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port,
+    options: { peerKey: `responder-halfopen-${port}` },
+    requester: new Outcomes(),
+  });
+  t.teardown(async () => {
+    conn.close();
+    await responder.close(200);
+    server.close();
+    for (const s of sockets) s.destroy();
+  });
+  await waitFor(() => responder.stats.idleClosed === 1, 'reaped', 3000);
+  await waitFor(
+    () => responder.links.size === 0,
+    'the link gone although the upstream kept its side open',
+    3000,
+  );
+  t.is(responder.stats.links, 0);
 });
