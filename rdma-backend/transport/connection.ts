@@ -66,6 +66,7 @@ import { BufferSlab } from './buffers.js';
 import { nextControlXid, sendConnProp, sendControl, sendError } from './control.js';
 import { CreditWindow, Fifo } from './credits.js';
 import { connectionLost, TransportError } from './errors.js';
+import { TRANSPORT_LOG_BUDGET } from './log-budget.js';
 import type { DdpItem } from './marshal.js';
 import {
   CONTROL_RESERVE,
@@ -300,6 +301,8 @@ export class RpcRdmaConnection {
   readonly log: TransportLogger;
   /** `close()` was called: the end is ours (`logClosed`). */
   private closedByUs = false;
+  /** ... because something failed (`close(reason, true)`). */
+  private closedOnFailure = false;
   /** Protocol errors of the peer logged so far (`logPeerError`). */
   private peerErrorsLogged = 0;
   established: { resolve: () => void; reject: (e: Error) => void } | null = null;
@@ -699,6 +702,7 @@ export class RpcRdmaConnection {
    */
   handlerThrew(handler: string, e: unknown, details: Record<string, unknown>): void {
     this.counters.handlerErrors++;
+    if (!TRANSPORT_LOG_BUDGET.take(this.log)) return;
     const err = e instanceof Error ? e : new Error(String(e));
     this.log.warn(
       {
@@ -848,7 +852,7 @@ export class RpcRdmaConnection {
     } catch (e) {
       // A refused post (queue full, bad argument) leaves the connection's accounting unknowable:
       // close it, so every call is reported for retransmission.
-      this.close(`postSend refused: ${(e as Error).message}`);
+      this.close(`postSend refused: ${(e as Error).message}`, true);
     } finally {
       this.sendWr.remoteAddr = undefined;
       this.sendWr.rkey = undefined;
@@ -889,10 +893,14 @@ export class RpcRdmaConnection {
   // ----------------------------------------------------------------------------------------------------
   // Teardown
 
-  /** Closes the connection: DISCONNECTED follows and every call is failed for retransmission. */
-  close(reason = 'closed by us'): void {
+  /**
+   * Closes the connection: DISCONNECTED follows and every call is failed for retransmission. `failure`:
+   * something went wrong (the peer's answer, the device), which the log says at warn (`logClosed`).
+   */
+  close(reason = 'closed by us', failure = false): void {
     if (this.state === 'closed') return;
     this.closedByUs = true;
+    this.closedOnFailure ||= failure;
     this.closeReason ||= reason;
     try {
       this.vconn?.disconnect();
@@ -909,6 +917,7 @@ export class RpcRdmaConnection {
       this.negotiationTimer = null;
     }
     this.closeReason ||= reason;
+    const inboundDropped = this.inboundActive;
     const err = connectionLost(this.closeReason, { peer: this.peerKey, connection: this.id });
     // In-flight calls first (oldest first in XID map order), then the queue: each reported exactly once.
     const failed: TransportCall[] = [];
@@ -951,7 +960,7 @@ export class RpcRdmaConnection {
     this.props.fail(err);
     this.established?.reject(err);
     this.established = null;
-    this.logClosed(failed.length);
+    this.logClosed(failed.length, inboundDropped);
     setImmediate(() => this.destroyResources());
     if (this.onClose) {
       try {
@@ -968,9 +977,14 @@ export class RpcRdmaConnection {
    * Info otherwise: closed by us (a pool closing, an idle reaper), or a clean disconnect by the peer with
    * nothing in flight (a responder reaping an idle connection).
    */
-  private logClosed(callsFailed: number): void {
+  private logClosed(callsFailed: number, inboundDropped: number): void {
     const reason = this.closeReason;
-    const clean = callsFailed === 0 && (this.closedByUs || reason === 'disconnected');
+    const clean =
+      callsFailed === 0 &&
+      inboundDropped === 0 &&
+      !this.closedOnFailure &&
+      (this.closedByUs || reason === 'disconnected');
+    if (!TRANSPORT_LOG_BUDGET.take(this.log)) return;
     const fields = {
       code: clean ? 'RDMA_CONNECTION_CLOSED' : 'ERR_TRANSPORT_CONNECTION_LOST',
       connection: this.id,
@@ -980,6 +994,7 @@ export class RpcRdmaConnection {
       reason,
       by: this.closedByUs ? 'us' : 'peer',
       callsFailed,
+      inboundDropped,
     };
     if (clean) this.log.info?.(fields, `RDMA connection closed: ${reason}`);
     else
@@ -995,7 +1010,7 @@ export class RpcRdmaConnection {
    * are only counted (`errorsSent`, `droppedMessages`: `/v1/stats`), which the last line logged says.
    */
   logPeerError(fields: Record<string, unknown>, msg: string): void {
-    if (this.peerErrorsLogged >= PEER_ERRORS_LOGGED) return;
+    if (this.peerErrorsLogged >= PEER_ERRORS_LOGGED || !TRANSPORT_LOG_BUDGET.take(this.log)) return;
     const last = ++this.peerErrorsLogged === PEER_ERRORS_LOGGED;
     this.log.warn(
       { connection: this.id, peer: this.peerKey, ...fields, ...(last ? { moreNotLogged: true } : {}) },

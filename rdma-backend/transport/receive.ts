@@ -52,14 +52,14 @@ export function onCompletions(c: RpcRdmaConnection): void {
         // bug): the batch is finished so credits and Receives cannot drift, and the connection, whose
         // accounting is now unknowable, is closed (every call reported for retransmission).
         c.handlerThrew('completion', e, { wrId: c.wcs[i].wrId });
-        c.close('internal error in completion processing');
+        c.close('internal error in completion processing', true);
       }
     }
     n = c.cq.poll(c.wcs);
   }
   // Completions were lost (a CQ overrun, or the device failed a poll): credits, Receives and
   // registrations can no longer be accounted for, and the QP is in error. No completion will say so.
-  if (c.cq.overrun) c.close('completion queue in error: completions were lost');
+  if (c.cq.overrun) c.close('completion queue in error: completions were lost', true);
 }
 
 export function onCompletion(c: RpcRdmaConnection, wc: WorkCompletion): void {
@@ -289,5 +289,14 @@ export function onNegotiationAnswer(c: RpcRdmaConnection, h: RpcRdmaHeader): voi
     return;
   }
   c.counters.droppedMessages++;
-  c.close('version negotiation failed');
+  const what = h.version === 1 ? `rdma_proc ${h.proc}` : `header type ${h.htype}`;
+  c.logPeerError(
+    {
+      code: 'ERR_TRANSPORT_PEER_PROTOCOL',
+      reason: `answered CONNPROP with Version ${h.version} ${what}`,
+      xid: h.xid,
+    },
+    `RDMA peer answered our Version 2 CONNPROP with Version ${h.version} ${what}: closing`,
+  );
+  c.close('version negotiation failed', true);
 }

@@ -135,12 +135,14 @@ export class SoftConnection implements Connection, QpOwner {
     return this.qp.ird;
   }
 
-  /** The ORD-word RTR bits an initiator offers (`SoftProviderOptions.offerRtr`). */
+  /**
+   * The ORD-word RTR bits an initiator offers (`SoftProviderOptions.offerRtr`). Not the Read RTR with an
+   * ORD of 0: we could not send it (it takes a Read credit), and a reply choosing it would be refused.
+   */
   private offeredRtrs(): number {
     const o = this.ctx.options.offerRtr;
-    return (
-      (o === 'read' ? 0 : MPA_V2_ZERO_LENGTH_WRITE_RTR) | (o === 'write' ? 0 : MPA_V2_ZERO_LENGTH_READ_RTR)
-    );
+    const read = o !== 'write' && this.myOrd > 0;
+    return (o === 'read' ? 0 : MPA_V2_ZERO_LENGTH_WRITE_RTR) | (read ? MPA_V2_ZERO_LENGTH_READ_RTR : 0);
   }
 
   private emit(event: CmEvent): void {

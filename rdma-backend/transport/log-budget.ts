@@ -1,0 +1,50 @@
+/**
+ * A process-wide budget for the log lines a peer can cause in the transport (its protocol errors, the
+ * ends of its connections, handler errors its messages set off): at most `lines` per `windowMs` over
+ * every connection together. The per-connection bound (`RpcRdmaConnection.logPeerError`) does not hold
+ * against a peer that reconnects in a loop; this one does. Lines over the budget are counted, and the
+ * first line of a later window says how many were left out.
+ */
+import type { TransportLogger } from './options.js';
+
+export class LogBudget {
+  private windowStart = Number.NEGATIVE_INFINITY;
+  private used = 0;
+  private suppressed = 0;
+
+  constructor(
+    readonly lines = 100,
+    readonly windowMs = 10_000,
+    private readonly now: () => number = performance.now.bind(performance),
+  ) {}
+
+  /** Whether one more line may go to `log` now (reporting, first, the lines a past window left out). */
+  take(log: TransportLogger): boolean {
+    const now = this.now();
+    if (now - this.windowStart >= this.windowMs) {
+      if (this.suppressed > 0) {
+        log.warn(
+          {
+            code: 'TRANSPORT_LOG_SUPPRESSED',
+            suppressed: this.suppressed,
+            lines: this.lines,
+            windowMs: this.windowMs,
+          },
+          `${this.suppressed} transport log line(s) left out: over ${this.lines} in ${this.windowMs} ms (the counters in /v1/stats have every event)`,
+        );
+      }
+      this.windowStart = now;
+      this.used = 0;
+      this.suppressed = 0;
+    }
+    if (this.used >= this.lines) {
+      this.suppressed++;
+      return false;
+    }
+    this.used++;
+    return true;
+  }
+}
+
+/** The transport's budget, shared by every connection of the process. */
+export const TRANSPORT_LOG_BUDGET = new LogBudget();

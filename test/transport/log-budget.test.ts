@@ -1,0 +1,79 @@
+/**
+ * The transport's process-wide log budget (rdma-backend/transport/log-budget.ts), and the close a peer
+ * forces by answering our CONNPROP with something else: logged at warn with the offending answer.
+ */
+import test from 'ava';
+import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
+import { RpcRdmaConnection } from '../../rdma-backend/transport/index.js';
+import { LogBudget } from '../../rdma-backend/transport/log-budget.js';
+import { RoguePeer } from '../helpers/rogue-peer.js';
+
+function capture() {
+  const lines: { level: string; obj: Record<string, unknown>; msg: string }[] = [];
+  return {
+    lines,
+    log: {
+      warn: (obj: Record<string, unknown>, msg: string) => void lines.push({ level: 'warn', obj, msg }),
+      info: (obj: Record<string, unknown>, msg: string) => void lines.push({ level: 'info', obj, msg }),
+    },
+  };
+}
+
+test('the budget lets `lines` through per window, counts the rest, and says how many at the next window', (t) => {
+  let now = 0;
+  const budget = new LogBudget(3, 100, () => now);
+  const { lines, log } = capture();
+  const taken = Array.from({ length: 5 }, () => budget.take(log));
+  t.deepEqual(taken, [true, true, true, false, false]);
+  t.is(lines.length, 0, 'nothing said yet');
+  now = 99;
+  t.false(budget.take(log), 'still the same window');
+  now = 100;
+  t.true(budget.take(log));
+  t.is(lines.length, 1);
+  t.like(lines[0], {
+    level: 'warn',
+    obj: { code: 'TRANSPORT_LOG_SUPPRESSED', suppressed: 3, lines: 3, windowMs: 100 },
+  });
+  now = 250;
+  t.true(budget.take(log));
+  t.is(lines.length, 1, 'nothing left out in the last window: no summary');
+});
+
+test('a server answering our Version 2 CONNPROP with an RDMA_ERROR: the answer logged, the close at warn', async (t) => {
+  const { lines, log } = capture();
+  const listener = await RoguePeer.listen();
+  const conn = await RpcRdmaConnection.connect({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port: listener.port,
+    requester: { onReply() {}, onFailed() {} },
+    options: { peerKey: `negotiation-log-${process.pid}`, logger: log },
+  });
+  t.teardown(() => listener.close());
+  const peer = await listener.peer;
+  const connprop = await peer.message(0);
+  // Version 1 RDMA_ERROR, ERR_CHUNK, with the CONNPROP's XID.
+  const answer = Buffer.alloc(20);
+  answer.writeUInt32BE(connprop.readUInt32BE(0), 0);
+  answer.writeUInt32BE(1, 4);
+  answer.writeUInt32BE(1, 8);
+  answer.writeUInt32BE(4, 12);
+  answer.writeUInt32BE(2, 16);
+  peer.send(answer);
+  const deadline = Date.now() + 3000;
+  while (conn.state !== 'closed' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+  await new Promise((r) => setTimeout(r, 20));
+  t.like(
+    lines.find((l) => l.obj.code === 'ERR_TRANSPORT_PEER_PROTOCOL'),
+    { level: 'warn', obj: { reason: 'answered CONNPROP with Version 1 rdma_proc 4' } },
+  );
+  t.like(
+    lines.find((l) => l.obj.code === 'ERR_TRANSPORT_CONNECTION_LOST'),
+    { level: 'warn', obj: { reason: 'version negotiation failed', by: 'us' } },
+  );
+  t.false(
+    lines.some((l) => l.level === 'info'),
+    'no close logged as a clean one',
+  );
+});
