@@ -634,3 +634,31 @@ test('a reaped link whose upstream never closes its side goes anyway, lingerMs a
   );
   t.is(responder.stats.links, 0);
 });
+
+test('a call whose Read chunk is still being pulled is not reaped, however many sweeps pass', async (t) => {
+  const IDLE = 300;
+  const w = await idleResponder(t, IDLE);
+  const outcomes = new Outcomes();
+  const conn = await w.connect(outcomes);
+  const server = w.responder.rdmaConnections()[0] as unknown as RpcRdmaConnection & { ord: number };
+  const ord = server.ord;
+  server.ord = 0; // its RDMA Reads wait (a slow peer, a busy ORD)
+  const data = Buffer.alloc(8192, 0x5a);
+  const withChunk: TransportCall = {
+    xid: 31,
+    message: encodeCall(31, PROG, 1, 1, Buffer.concat([Buffer.from([0, 0, 0x20, 0]), data])),
+    ddpArgs: [{ offset: 40 + 4, length: data.length }],
+    ddpResults: [],
+    maxReplySize: -1,
+  };
+  conn.submit(withChunk);
+  await waitFor(() => server.inboundActive === 1, 'the call waiting for its Read chunk');
+  await new Promise((r) => setTimeout(r, 3.5 * IDLE));
+  t.is(w.responder.stats.idleClosed, 0, 'not reaped while its chunk is being pulled');
+  t.is(conn.state, 'ready');
+  server.ord = ord;
+  pumpReads(server);
+  await waitFor(() => outcomes.replies.length === 1, 'the reply');
+  t.is(outcomes.failures.length, 0);
+  t.is(w.u.received.length, 1, 'the upstream got it once');
+});
