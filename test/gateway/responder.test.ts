@@ -310,64 +310,15 @@ test('a connection the device cannot accept is rejected at once, its upstream li
   t.is(responder.stats.connections, 1);
 });
 
-test('at maxConnections one more RDMA connection is rejected at once, counted and logged; a closed one makes room', async (t) => {
-  const u = await upstream((s, record) =>
-    s.write(Buffer.concat(frameRecord(reply(record.readUInt32BE(0), Buffer.alloc(4))))),
-  );
-  const { logger, lines } = captureLogger();
-  const responder = new Responder({
-    device: await createSoftProvider().openDevice(),
-    host: '127.0.0.1',
-    port: 0,
-    upstream: { host: '127.0.0.1', port: u.port },
-    registry: defaultRegistry(),
-    lingerMs: 2000,
-    maxConnections: 2,
-    logger,
-  });
-  const { port } = await responder.listen();
-  const open: RpcRdmaConnection[] = [];
-  t.teardown(async () => {
-    for (const c of open) c.close();
-    await responder.close(1000);
-    u.server.close();
-    for (const s of u.sockets) s.destroy();
-  });
-  const connect = async (outcomes = new Outcomes()) =>
-    RpcRdmaConnection.connect({
-      device: await createSoftProvider().openDevice(),
-      host: '127.0.0.1',
-      port,
-      options: { peerKey: `responder-full-${port}` },
-      requester: outcomes,
-    });
-  open.push(await connect(), await connect());
-  const started = Date.now();
-  await t.throwsAsync(connect());
-  t.true(Date.now() - started < 5000, 'rejected, not left to time out');
-  t.is(responder.stats.refused, 1);
-  t.is(responder.stats.connections, 2);
-  const warn = lines.find((r) => r.reason === 'REFUSED_MAX_CONNECTIONS');
-  t.like(warn, { open: 2, maxConnections: 2 });
-
-  // The two accepted ones serve; once one closes, a new one is accepted and served.
-  const outcomes = new Outcomes();
-  (open.shift() as RpcRdmaConnection).close();
-  await waitFor(() => responder.rdmaConnections().length === 1, 'the closed connection gone');
-  const next = await connect(outcomes);
-  open.push(next);
-  next.submit(call(9));
-  await waitFor(() => outcomes.replies.length === 1, 'the new connection served');
-  t.is(responder.stats.connections, 3);
-  t.is(responder.stats.refused, 1);
-});
-
-/** A responder with `idleTimeoutMs` before an upstream that answers at once, except the XIDs in `hold`. */
-async function idleResponder(
+/**
+ * A responder (`idleTimeoutMs`, `maxConnections`) before an upstream that answers at once, except the XIDs in
+ * `hold`; `connect` opens a negotiated connection to it, closed at teardown.
+ */
+async function testResponder(
   t: import('ava').ExecutionContext,
-  idleTimeoutMs: number,
-  hold = new Set<number>(),
+  o: { idleTimeoutMs?: number; maxConnections?: number; hold?: Set<number> } = {},
 ) {
+  const hold = o.hold ?? new Set<number>();
   const held = new Map<number, Socket>();
   const u = await upstream((s, record) => {
     const xid = record.readUInt32BE(0);
@@ -382,7 +333,8 @@ async function idleResponder(
     upstream: { host: '127.0.0.1', port: u.port },
     registry: defaultRegistry(),
     lingerMs: 2000,
-    idleTimeoutMs,
+    idleTimeoutMs: o.idleTimeoutMs,
+    maxConnections: o.maxConnections,
     logger,
   });
   const { port } = await responder.listen();
@@ -400,7 +352,7 @@ async function idleResponder(
       device: await createSoftProvider().openDevice(),
       host: '127.0.0.1',
       port,
-      options: { peerKey: `responder-idle-${port}` },
+      options: { peerKey: `responder-test-${port}` },
       requester: outcomes,
     });
     open.push(conn);
@@ -413,9 +365,32 @@ async function idleResponder(
   return { responder, port, u, lines, open, connect, answer, listenedAt };
 }
 
+test('at maxConnections one more RDMA connection is rejected at once, counted and logged; a closed one makes room', async (t) => {
+  const w = await testResponder(t, { maxConnections: 2 });
+  const first = await w.connect();
+  await w.connect();
+  const started = Date.now();
+  await t.throwsAsync(w.connect());
+  t.true(Date.now() - started < 5000, 'rejected, not left to time out');
+  t.is(w.responder.stats.refused, 1);
+  t.is(w.responder.stats.connections, 2);
+  const warn = w.lines.find((r) => r.reason === 'REFUSED_MAX_CONNECTIONS');
+  t.like(warn, { open: 2, maxConnections: 2 });
+
+  // The two accepted ones serve; once one closes, a new one is accepted and served.
+  const outcomes = new Outcomes();
+  first.close();
+  await waitFor(() => w.responder.rdmaConnections().length === 1, 'the closed connection gone');
+  const next = await w.connect(outcomes);
+  next.submit(call(9));
+  await waitFor(() => outcomes.replies.length === 1, 'the new connection served');
+  t.is(w.responder.stats.connections, 3);
+  t.is(w.responder.stats.refused, 1);
+});
+
 test('the idle reaper closes a connection with no traffic for one to two periods, and its upstream; busy ones stay', async (t) => {
   const IDLE = 400;
-  const w = await idleResponder(t, IDLE, new Set([500]));
+  const w = await testResponder(t, { idleTimeoutMs: IDLE, hold: new Set([500]) });
   const connectedAt = Date.now(); // before the connect: the guarantee runs from the accept
   const idleOne = await w.connect();
   const busyOutcomes = new Outcomes();
@@ -458,7 +433,7 @@ test('the idle reaper closes a connection with no traffic for one to two periods
 
 test('the idle reaper closes a peer that completes the MPA exchange and never sends a frame', async (t) => {
   const IDLE = 300;
-  const w = await idleResponder(t, IDLE);
+  const w = await testResponder(t, { idleTimeoutMs: IDLE });
   const sock = netConnect(w.port, '127.0.0.1');
   sock.on('error', () => {});
   t.teardown(() => sock.destroy());
@@ -483,7 +458,7 @@ test('the idle reaper closes a peer that completes the MPA exchange and never se
 
 test('a pool whose idle connection the responder reaps reconnects and serves the next call', async (t) => {
   const IDLE = 300;
-  const w = await idleResponder(t, IDLE);
+  const w = await testResponder(t, { idleTimeoutMs: IDLE });
   const outcomes = new Outcomes();
   const pool = new ConnectionPool({
     device: await createSoftProvider().openDevice(),
@@ -511,7 +486,7 @@ test('a pool whose idle connection the responder reaps reconnects and serves the
 
 test('a reply is traffic: a connection is reaped a period or more after its last reply, not at the next sweep', async (t) => {
   const IDLE = 400;
-  const w = await idleResponder(t, IDLE, new Set([600]));
+  const w = await testResponder(t, { idleTimeoutMs: IDLE, hold: new Set([600]) });
   const outcomes = new Outcomes();
   const conn = await w.connect(outcomes);
   conn.submit(call(600)); // held at the upstream across two sweeps (which unmark the link)
@@ -637,7 +612,7 @@ test('a reaped link whose upstream never closes its side goes anyway, lingerMs a
 
 test('a call whose Read chunk is still being pulled is not reaped, however many sweeps pass', async (t) => {
   const IDLE = 300;
-  const w = await idleResponder(t, IDLE);
+  const w = await testResponder(t, { idleTimeoutMs: IDLE });
   const outcomes = new Outcomes();
   const conn = await w.connect(outcomes);
   const server = w.responder.rdmaConnections()[0] as unknown as RpcRdmaConnection & { ord: number };

@@ -771,10 +771,11 @@ async function softClient(
   return c;
 }
 
-/** A soft client connecting to `port`, not yet established (see `softClient`). */
+/** A soft client connecting to `port`, not yet established (see `softClient`); `ord` as `ConnParam.ord`. */
 async function softConnect(
   port: number,
   options: SoftProviderOptions = {},
+  ord?: number,
 ): Promise<{ pd: ProtectionDomain; cq: CqWatcher; conn: Connection; events: EventLog }> {
   const dev = await createSoftProvider(options).openDevice();
   const pd = dev.allocPd();
@@ -787,6 +788,7 @@ async function softConnect(
     sendCq: cq.cq,
     recvCq: cq.cq,
     cap: { maxSendWr: 8, maxRecvWr: 8, maxSendSge: 1, maxRecvSge: 1 },
+    ord,
     onEvent: events.handler,
   });
   return { pd, cq, conn, events };
@@ -1281,20 +1283,7 @@ test('MSNs wrap modulo 2^32: the message after MSN 0xffffffff carries 0 and is a
 
 test('peer-to-peer initiator with ORD 0: it does not offer the Read RTR (it could not send it)', async (t) => {
   const responder = await rawResponder(enhanced(mpaReply, 0x8000 | 8, 0x8000 | 0));
-  const dev = await createSoftProvider().openDevice();
-  const pd = dev.allocPd();
-  const cq = new CqWatcher(dev.createCq(16));
-  const events = new EventLog();
-  const conn = dev.connect({
-    host: '127.0.0.1',
-    port: responder.port,
-    pd,
-    sendCq: cq.cq,
-    recvCq: cq.cq,
-    cap: { maxSendWr: 8, maxRecvWr: 8, maxSendSge: 1, maxRecvSge: 1 },
-    ord: 0,
-    onEvent: events.handler,
-  });
+  const { conn, events } = await softConnect(responder.port, {}, 0);
   const peer = await responder.peer();
   t.is(peer.request.readUInt16BE(22) & 0xc000, 0x8000, 'the Write RTR only');
   t.is(peer.request.readUInt16BE(22) & 0x3fff, 0, 'ORD 0');

@@ -722,34 +722,47 @@ export class SoftQp implements QueuePair {
    * comes, which completes no work request (`RTR_READ` in the ORQ).
    */
   private emitRtrRead(): void {
-    const fr = this.framer as TxFramer;
-    const hdr = UNTAGGED_HEADER - 2 + READ_REQUEST_BODY;
-    const at = fr.begin(hdr, hdr);
-    this.writeUntagged(at, Op.READ_REQUEST, true, QN_READ_REQUEST, this.txMsn[QN_READ_REQUEST]++, 0, 0);
-    const b = fr.slab;
-    const p = at + UNTAGGED_HEADER - 2;
-    b.fill(0, p, p + READ_REQUEST_BODY);
-    b.writeUInt32BE(1, p + 16);
-    fr.end();
+    this.emitReadRequestFrame(0, 0, 0, 0, 1, 0, 0);
     this.readsOutstanding++;
     this.orq.push(RTR_READ);
   }
 
   private emitReadRequest(e: SqEntry): void {
+    const sink = e.nsge > 0 ? e.mrs[0] : undefined;
+    this.emitReadRequestFrame(
+      sink ? e.keys[0] : 0,
+      sink ? sink.iovaHi : 0,
+      sink ? e.offsets[0] : 0,
+      e.total,
+      e.rkey,
+      e.toHi,
+      e.toLo,
+    );
+  }
+
+  /** One RDMA Read Request FPDU (RFC 5040 §4.4): its Data Sink, its size, its Data Source. */
+  private emitReadRequestFrame(
+    sinkStag: number,
+    sinkHi: number,
+    sinkLo: number,
+    size: number,
+    srcStag: number,
+    srcHi: number,
+    srcLo: number,
+  ): void {
     const fr = this.framer as TxFramer;
     const hdr = UNTAGGED_HEADER - 2 + READ_REQUEST_BODY;
     const at = fr.begin(hdr, hdr);
     this.writeUntagged(at, Op.READ_REQUEST, true, QN_READ_REQUEST, this.txMsn[QN_READ_REQUEST]++, 0, 0);
     const b = fr.slab;
     const p = at + UNTAGGED_HEADER - 2;
-    const sink = e.nsge > 0 ? e.mrs[0] : undefined;
-    b.writeUInt32BE(sink ? e.keys[0] : 0, p);
-    b.writeUInt32BE(sink ? sink.iovaHi : 0, p + 4);
-    b.writeUInt32BE(sink ? e.offsets[0] : 0, p + 8);
-    b.writeUInt32BE(e.total, p + 12);
-    b.writeUInt32BE(e.rkey, p + 16);
-    b.writeUInt32BE(e.toHi, p + 20);
-    b.writeUInt32BE(e.toLo, p + 24);
+    b.writeUInt32BE(sinkStag, p);
+    b.writeUInt32BE(sinkHi, p + 4);
+    b.writeUInt32BE(sinkLo, p + 8);
+    b.writeUInt32BE(size, p + READ_REQUEST_SIZE_AT);
+    b.writeUInt32BE(srcStag, p + 16);
+    b.writeUInt32BE(srcHi, p + 20);
+    b.writeUInt32BE(srcLo, p + 24);
     fr.end();
   }
 
