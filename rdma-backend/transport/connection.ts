@@ -303,6 +303,8 @@ export class RpcRdmaConnection {
   private closedByUs = false;
   /** ... because something failed (`close(reason, true)`). */
   private closedOnFailure = false;
+  /** The connection was up once (a failed connect is reported by whoever connected, not by `logClosed`). */
+  private wasEstablished = false;
   /** Protocol errors of the peer logged so far (`logPeerError`). */
   private peerErrorsLogged = 0;
   established: { resolve: () => void; reject: (e: Error) => void } | null = null;
@@ -600,6 +602,7 @@ export class RpcRdmaConnection {
   onCmEvent(e: CmEvent): void {
     switch (e.type) {
       case CmEventType.ESTABLISHED:
+        this.wasEstablished = true;
         this.ord = Math.max(1, this.vconn.ord);
         if (this.role === 'client') {
           this.peerPrivateData = decodePrivateData(e.privateData);
@@ -702,7 +705,7 @@ export class RpcRdmaConnection {
    */
   handlerThrew(handler: string, e: unknown, details: Record<string, unknown>): void {
     this.counters.handlerErrors++;
-    if (!TRANSPORT_LOG_BUDGET.take(this.log)) return;
+    if (!this.mayLog()) return;
     const err = e instanceof Error ? e : new Error(String(e));
     this.log.warn(
       {
@@ -984,7 +987,7 @@ export class RpcRdmaConnection {
       inboundDropped === 0 &&
       !this.closedOnFailure &&
       (this.closedByUs || reason === 'disconnected');
-    if (!TRANSPORT_LOG_BUDGET.take(this.log)) return;
+    if (!this.wasEstablished || !this.mayLog()) return;
     const fields = {
       code: clean ? 'RDMA_CONNECTION_CLOSED' : 'ERR_TRANSPORT_CONNECTION_LOST',
       connection: this.id,
@@ -1004,13 +1007,18 @@ export class RpcRdmaConnection {
       );
   }
 
+  /** Whether a line may go to the log now: there is a logger, and the process-wide budget allows it. */
+  private mayLog(): boolean {
+    return this.log !== SILENT && TRANSPORT_LOG_BUDGET.take(this.log);
+  }
+
   /**
    * Logs a message of the peer's that broke the protocol, with what we did about it, at most
    * `PEER_ERRORS_LOGGED` times per connection: a peer that keeps doing it must not flood the log. The rest
    * are only counted (`errorsSent`, `droppedMessages`: `/v1/stats`), which the last line logged says.
    */
   logPeerError(fields: Record<string, unknown>, msg: string): void {
-    if (this.peerErrorsLogged >= PEER_ERRORS_LOGGED || !TRANSPORT_LOG_BUDGET.take(this.log)) return;
+    if (this.peerErrorsLogged >= PEER_ERRORS_LOGGED || !this.mayLog()) return;
     const last = ++this.peerErrorsLogged === PEER_ERRORS_LOGGED;
     this.log.warn(
       { connection: this.id, peer: this.peerKey, ...fields, ...(last ? { moreNotLogged: true } : {}) },

@@ -9,6 +9,7 @@ import type { Device } from '../verbs/index.js';
 import { type ConnectParams, RpcRdmaConnection, type TransportOptions } from './connection.js';
 import { Fifo } from './credits.js';
 import { TransportError } from './errors.js';
+import { TRANSPORT_LOG_BUDGET } from './log-budget.js';
 import type { ConnectionSnapshot, RequesterHandler, ResponderHandler, TransportCall } from './types.js';
 
 export interface BackoffOptions {
@@ -142,14 +143,33 @@ export class ConnectionPool {
         return;
       }
       s.conn = conn;
+      if (s.attempts > 1) this.log('info', s, 'RDMA connection up again', { attempts: s.attempts });
       s.attempts = 0;
       s.connectedAt = performance.now();
       this.flushPending();
     } catch (e) {
       s.connecting = false;
       s.lastError = (e as Error).message;
+      // Attempts 1, 2, 4, 8…: a peer down for long costs a line per doubling, not one per retry.
+      if ((s.attempts & (s.attempts - 1)) === 0) {
+        this.log('warn', s, 'cannot connect to the RDMA peer; retrying with back-off', {
+          code: 'ERR_TRANSPORT_CONNECT',
+          attempts: s.attempts,
+          err: s.lastError,
+          retryInMs: Math.round(s.nextDelayMs),
+        });
+      }
       this.scheduleReconnect(s);
     }
+  }
+
+  /** One line about slot `s` in the transport's log (`TransportOptions.logger`), within its budget. */
+  private log(level: 'warn' | 'info', s: Slot, msg: string, fields: Record<string, unknown>): void {
+    const log = this.o.options?.logger;
+    if (log === undefined || !TRANSPORT_LOG_BUDGET.take(log)) return;
+    const line = { peer: `${this.o.host}:${this.o.port}`, slot: s.index, ...fields };
+    if (level === 'warn') log.warn(line, msg);
+    else log.info?.(line, msg);
   }
 
   /**

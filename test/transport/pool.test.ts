@@ -2,6 +2,7 @@ import { type AddressInfo, createServer } from 'node:net';
 import test from 'ava';
 import { defaultRegistry } from '../../gateway/gateway.js';
 import { Responder } from '../../gateway/responder.js';
+import { serveTestProgram, type TestProgramServer } from '../../gateway/test-program/index.js';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
 import { ConnectionPool, type PoolOptions } from '../../rdma-backend/transport/index.js';
 import { Collector, delay, echoServer, pattern, replyData, TestCall } from './loopback.js';
@@ -156,4 +157,55 @@ test('pool: a peer that accepts and drops at once gets an exponential back-off, 
   // 100, 200, 400, 800 ms (±20 %) fit in 2.5 s: about five connections, not twenty-five.
   t.true(slot.reconnects <= 7, `${slot.reconnects} reconnects`);
   t.true(slot.nextDelayMs >= 800, `next delay ${slot.nextDelayMs} ms`);
+});
+
+test('pool: a peer that refuses is logged at attempts 1, 2, 4, 8…, and the connection that finally comes up is logged once', async (t) => {
+  const probe = createServer();
+  await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
+  const port = (probe.address() as AddressInfo).port;
+  await new Promise<void>((r) => probe.close(() => r()));
+  const lines: { level: string; obj: Record<string, unknown>; msg: string }[] = [];
+  const logger = {
+    warn: (obj: Record<string, unknown>, msg: string) => void lines.push({ level: 'warn', obj, msg }),
+    info: (obj: Record<string, unknown>, msg: string) => void lines.push({ level: 'info', obj, msg }),
+  };
+  const pool = new ConnectionPool({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port,
+    size: 1,
+    requester: new Collector(),
+    options: { peerKey: `pool-log-${process.pid}`, logger },
+    backoff: { initialMs: 10, maxMs: 40, factor: 2 },
+  });
+  let responder: Responder | null = null;
+  let program: TestProgramServer | null = null;
+  t.teardown(async () => {
+    pool.close();
+    await responder?.close(500);
+    await program?.close({ drainTimeoutMs: 0 });
+  });
+  await pool.start();
+  while (pool.snapshot().slots[0].attempts < 10) await delay(10);
+  const failures = lines.filter((l) => l.obj.code === 'ERR_TRANSPORT_CONNECT');
+  t.deepEqual(
+    failures.map((l) => l.obj.attempts),
+    [1, 2, 4, 8],
+    'a line per doubling of the attempts',
+  );
+  t.like(failures[0], { level: 'warn', obj: { peer: `127.0.0.1:${port}`, slot: 0 } });
+  program = await serveTestProgram({ host: '127.0.0.1', port: 0 });
+  responder = new Responder({
+    device: await createSoftProvider().openDevice(),
+    host: '127.0.0.1',
+    port,
+    upstream: { host: '127.0.0.1', port: program.addresses[0].port },
+    registry: defaultRegistry(),
+  });
+  await responder.listen();
+  while (pool.snapshot().ready < 1) await delay(10);
+  const up = lines.filter((l) => l.msg === 'RDMA connection up again');
+  t.is(up.length, 1);
+  t.like(up[0], { level: 'info', obj: { slot: 0 } });
+  t.true((up[0].obj.attempts as number) >= 10);
 });
