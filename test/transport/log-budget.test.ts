@@ -7,22 +7,12 @@ import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
 import { RpcRdmaConnection } from '../../rdma-backend/transport/index.js';
 import { LogBudget } from '../../rdma-backend/transport/log-budget.js';
 import { RoguePeer } from '../helpers/rogue-peer.js';
-
-function capture() {
-  const lines: { level: string; obj: Record<string, unknown>; msg: string }[] = [];
-  return {
-    lines,
-    log: {
-      warn: (obj: Record<string, unknown>, msg: string) => void lines.push({ level: 'warn', obj, msg }),
-      info: (obj: Record<string, unknown>, msg: string) => void lines.push({ level: 'info', obj, msg }),
-    },
-  };
-}
+import { captureTransportLog } from './loopback.js';
 
 test('the budget lets `lines` through per window, counts the rest, and says how many at the next window', (t) => {
   let now = 0;
   const budget = new LogBudget(3, 100, () => now);
-  const { lines, log } = capture();
+  const { lines, logger: log } = captureTransportLog();
   const taken = Array.from({ length: 5 }, () => budget.take(log));
   t.deepEqual(taken, [true, true, true, false, false]);
   t.is(lines.length, 0, 'nothing said yet');
@@ -41,7 +31,7 @@ test('the budget lets `lines` through per window, counts the rest, and says how 
 });
 
 test('a server answering our Version 2 CONNPROP with an RDMA_ERROR: the answer logged, the close at warn', async (t) => {
-  const { lines, log } = capture();
+  const { lines, logger: log } = captureTransportLog();
   const listener = await RoguePeer.listen();
   const conn = await RpcRdmaConnection.connect({
     device: await createSoftProvider().openDevice(),

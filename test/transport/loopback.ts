@@ -324,3 +324,15 @@ export async function echoServer(options: TransportOptions = {}, init: { hold?: 
     },
   };
 }
+
+/** A transport logger that keeps every line (level, fields, message) for a test to look at. */
+export function captureTransportLog() {
+  const lines: { level: 'warn' | 'info'; obj: Record<string, unknown>; msg: string }[] = [];
+  return {
+    lines,
+    logger: {
+      warn: (obj: Record<string, unknown>, msg: string) => void lines.push({ level: 'warn', obj, msg }),
+      info: (obj: Record<string, unknown>, msg: string) => void lines.push({ level: 'info', obj, msg }),
+    },
+  };
+}

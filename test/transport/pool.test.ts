@@ -5,7 +5,15 @@ import { Responder } from '../../gateway/responder.js';
 import { serveTestProgram, type TestProgramServer } from '../../gateway/test-program/index.js';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
 import { ConnectionPool, type PoolOptions } from '../../rdma-backend/transport/index.js';
-import { Collector, delay, echoServer, pattern, replyData, TestCall } from './loopback.js';
+import {
+  Collector,
+  captureTransportLog,
+  delay,
+  echoServer,
+  pattern,
+  replyData,
+  TestCall,
+} from './loopback.js';
 
 /** A pool of `size` soft-provider connections to `port` on loopback, its results in `collector`. */
 async function loopbackPool(
@@ -164,11 +172,7 @@ test('pool: a peer that refuses is logged at attempts 1, 2, 4, 8…, and the con
   await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
   const port = (probe.address() as AddressInfo).port;
   await new Promise<void>((r) => probe.close(() => r()));
-  const lines: { level: string; obj: Record<string, unknown>; msg: string }[] = [];
-  const logger = {
-    warn: (obj: Record<string, unknown>, msg: string) => void lines.push({ level: 'warn', obj, msg }),
-    info: (obj: Record<string, unknown>, msg: string) => void lines.push({ level: 'info', obj, msg }),
-  };
+  const { lines, logger } = captureTransportLog();
   const pool = new ConnectionPool({
     device: await createSoftProvider().openDevice(),
     host: '127.0.0.1',

@@ -16,6 +16,7 @@ import { Access } from '../../rdma-backend/verbs/index.js';
 import { plainPrivateData, RoguePeer } from '../helpers/rogue-peer.js';
 import {
   Collector,
+  captureTransportLog,
   delay,
   echoServer,
   encodeCall,
@@ -497,11 +498,7 @@ test('a version guess never weakens what a peer said: ERR_VERS stays past the TT
 });
 
 test('a peer that breaks the protocol is logged with the reason and what it was answered, at most 8 times per connection', async (t) => {
-  const lines: { obj: Record<string, unknown>; msg: string }[] = [];
-  const logger = {
-    warn: (obj: Record<string, unknown>, msg: string) => void lines.push({ obj, msg }),
-    info: () => {},
-  };
+  const { lines, logger } = captureTransportLog();
   await withRogue(
     async (s, peer) => {
       // Version 2 first (CONNPROP), then 20 headers whose read list is cut short.
@@ -522,11 +519,7 @@ test('a peer that breaks the protocol is logged with the reason and what it was 
 });
 
 test('a connection that ends is logged: info when nothing was lost, warn with the calls failed when some were', async (t) => {
-  const lines: { level: string; obj: Record<string, unknown>; msg: string }[] = [];
-  const logger = {
-    warn: (obj: Record<string, unknown>, msg: string) => void lines.push({ level: 'warn', obj, msg }),
-    info: (obj: Record<string, unknown>, msg: string) => void lines.push({ level: 'info', obj, msg }),
-  };
+  const { lines, logger } = captureTransportLog();
   // Closed by us, nothing in flight: info.
   const s = await echoServer();
   try {
