@@ -9,25 +9,38 @@ import { LogBudget } from '../../rdma-backend/transport/log-budget.js';
 import { RoguePeer } from '../helpers/rogue-peer.js';
 import { captureTransportLog } from './loopback.js';
 
-test('the budget lets `lines` through per window, counts the rest, and says how many at the next window', (t) => {
+test('the budget lets `lines` through per window, counts the rest, and says how many when the window ends', (t) => {
   let now = 0;
-  const budget = new LogBudget(3, 100, () => now);
+  const timers: { report: () => void; ms: number }[] = [];
+  const budget = new LogBudget(
+    3,
+    100,
+    () => now,
+    (report, ms) => void timers.push({ report, ms }),
+  );
   const { lines, logger: log } = captureTransportLog();
+  now = 10;
   const taken = Array.from({ length: 5 }, () => budget.take(log));
   t.deepEqual(taken, [true, true, true, false, false]);
   t.is(lines.length, 0, 'nothing said yet');
-  now = 99;
+  t.is(timers.length, 1, 'one report armed, for the end of the window');
+  t.is(timers[0].ms, 100);
+  now = 109;
   t.false(budget.take(log), 'still the same window');
-  now = 100;
-  t.true(budget.take(log));
+  t.is(timers.length, 1);
+  // The flood stopped: the window's end still reports it.
+  now = 110;
+  timers[0].report();
   t.is(lines.length, 1);
   t.like(lines[0], {
     level: 'warn',
     obj: { code: 'TRANSPORT_LOG_SUPPRESSED', suppressed: 3, lines: 3, windowMs: 100 },
   });
-  now = 250;
+  t.true(budget.take(log), 'a new window');
+  t.is(lines.length, 1, 'reported once');
+  now = 300;
   t.true(budget.take(log));
-  t.is(lines.length, 1, 'nothing left out in the last window: no summary');
+  t.is(lines.length, 1, 'nothing left out since: no report');
 });
 
 test('a server answering our Version 2 CONNPROP with an RDMA_ERROR: the answer logged, the close at warn', async (t) => {
