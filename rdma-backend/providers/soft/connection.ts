@@ -30,17 +30,27 @@ import {
 } from './wire.js';
 
 /**
- * The RTR a peer-to-peer responder answers `ordWord` (the request's ORD word) with: one of those the
- * initiator offered (RFC 6581 §5). The zero-length RDMA Write first, as Linux siw and iw_cxgb4 do. Else
- * the zero-length RDMA Read, when we can take a Read Request (IRD at least 1): Chelsio's iw_cxgb4 offers
- * only that one by default (`p2p_type` 1) and refuses a reply that names none. The zero-length Send
- * (the Send RTR bit of the IRD word) is not taken, as in siw: it would consume a Receive the ULP posted.
- * An initiator that offers only that one gets a reply naming none, and is the one to refuse it.
+ * The RTR to use among those whose bits `ordWord` (an ORD word) carries (RFC 6581 §5), `readCredits` being
+ * what the Read RTR would need at our end (a responder's IRD, an initiator's ORD): the zero-length RDMA
+ * Write first, as Linux siw and iw_cxgb4 pick it, else the zero-length RDMA Read. A responder answers the
+ * request's bits with it; an initiator reads the reply's bits, masked by those it offered, with it.
+ * Chelsio's iw_cxgb4 offers only the Read one by default (`p2p_type` 1) and refuses a reply that names
+ * none. The zero-length Send (the Send RTR bit of the IRD word) is never taken, as in siw: it would
+ * consume a Receive the ULP posted; an initiator that offers only that one gets a reply naming none.
  */
-function chooseRtr(ordWord: number, ird: number): Rtr {
+function chooseRtr(ordWord: number, readCredits: number): Rtr {
   if ((ordWord & MPA_V2_ZERO_LENGTH_WRITE_RTR) !== 0) return Rtr.WRITE;
-  if ((ordWord & MPA_V2_ZERO_LENGTH_READ_RTR) !== 0 && ird > 0) return Rtr.READ;
+  if ((ordWord & MPA_V2_ZERO_LENGTH_READ_RTR) !== 0 && readCredits > 0) return Rtr.READ;
   return Rtr.NONE;
+}
+
+/** The ORD-word bit naming `rtr` (0 for none). */
+function rtrBit(rtr: Rtr): number {
+  return rtr === Rtr.WRITE
+    ? MPA_V2_ZERO_LENGTH_WRITE_RTR
+    : rtr === Rtr.READ
+      ? MPA_V2_ZERO_LENGTH_READ_RTR
+      : 0;
 }
 
 /** What a connection needs from its device. */
@@ -255,14 +265,7 @@ export class SoftConnection implements Connection, QpOwner {
       // RFC 6581 §5: a peer-to-peer reply names the RTR, one of those we offered. None, the Send one
       // (never offered), or one we did not offer is no matching RTR option.
       const p2p = (reply.enhanced.irdWord & MPA_V2_PEER_TO_PEER) !== 0;
-      const chosen = reply.enhanced.ordWord & this.offeredRtrs();
-      sendRtr = !p2p
-        ? Rtr.NONE
-        : (chosen & MPA_V2_ZERO_LENGTH_WRITE_RTR) !== 0
-          ? Rtr.WRITE
-          : (chosen & MPA_V2_ZERO_LENGTH_READ_RTR) !== 0 && ord > 0
-            ? Rtr.READ
-            : Rtr.NONE;
+      sendRtr = p2p ? chooseRtr(reply.enhanced.ordWord & this.offeredRtrs(), ord) : Rtr.NONE;
       rtrRefused = p2p && sendRtr === Rtr.NONE;
     }
     const params: StreamParams = {
@@ -378,12 +381,7 @@ export class SoftConnection implements Connection, QpOwner {
       rtr = p2p ? chooseRtr(req.enhanced.ordWord, this.myIrd) : Rtr.NONE;
       enhanced = {
         irdWord: (p2p ? MPA_V2_PEER_TO_PEER : 0) | this.myIrd,
-        ordWord:
-          (rtr === Rtr.WRITE
-            ? MPA_V2_ZERO_LENGTH_WRITE_RTR
-            : rtr === Rtr.READ
-              ? MPA_V2_ZERO_LENGTH_READ_RTR
-              : 0) | ord,
+        ordWord: rtrBit(rtr) | ord,
       };
     }
     const reply = encodeMpa({
