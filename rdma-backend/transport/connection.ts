@@ -138,6 +138,9 @@ export interface AcceptParams {
   onClose?: (conn: RpcRdmaConnection, reason: string) => void;
 }
 
+/** Protocol errors of a peer logged per connection before they are only counted (`logPeerError`). */
+const PEER_ERRORS_LOGGED = 8;
+
 const noRequester: RequesterHandler = {
   onReply() {},
   onFailed() {},
@@ -150,9 +153,6 @@ const noRequester: RequesterHandler = {
  * fields directly, so fields without a doc saying otherwise are internal, not API (the stable surface is
  * what `index.ts` documents: connect/accept, submit/abandon, reply/replyError, properties, snapshot, close).
  */
-/** Protocol errors of a peer logged per connection before they are only counted (`logPeerError`). */
-const PEER_ERRORS_LOGGED = 8;
-
 export class RpcRdmaConnection {
   readonly id = nextConnectionId++;
   readonly role: 'client' | 'server';
@@ -981,13 +981,13 @@ export class RpcRdmaConnection {
    * nothing in flight (a responder reaping an idle connection).
    */
   private logClosed(callsFailed: number, inboundDropped: number): void {
+    if (!this.wasEstablished || !this.mayLog()) return;
     const reason = this.closeReason;
     const clean =
       callsFailed === 0 &&
       inboundDropped === 0 &&
       !this.closedOnFailure &&
       (this.closedByUs || reason === 'disconnected');
-    if (!this.wasEstablished || !this.mayLog()) return;
     const fields = {
       code: clean ? 'RDMA_CONNECTION_CLOSED' : 'ERR_TRANSPORT_CONNECTION_LOST',
       connection: this.id,
