@@ -10,6 +10,7 @@ import {
   type Connection,
   type ConnectRequest,
   type ConnParam,
+  type DeviceCaps,
   invalidArgument,
   type QpInit,
   VerbsError,
@@ -58,6 +59,8 @@ export interface SoftDeviceContext {
   readonly options: Required<SoftProviderOptions>;
   readonly stags: import('./memory.js').StagTable;
   readonly limits: { maxQpWr: number; maxSge: number; maxIrd: number; maxOrd: number };
+  /** Throws VERBS_RESOURCE_LIMIT when the device already has `maxQp` queue pairs (`ibv_create_qp`: ENOMEM). */
+  admitQp(): void;
   track(c: SoftConnection, add: boolean): void;
 }
 
@@ -86,7 +89,18 @@ export interface SoftProviderOptions {
    * so offering only the Write would refuse every Linux NFS/RDMA server on a Chelsio adapter.
    */
   offerRtr?: 'write' | 'read' | 'both';
+  /**
+   * A smaller device than soft0's default caps: at most this many queue pairs, completion queues,
+   * protection domains and memory regions at once (each at least 1, at most the default). Past one, the
+   * call that would create another fails with VERBS_RESOURCE_LIMIT, as `ibv_create_qp`, `ibv_create_cq`,
+   * `ibv_alloc_pd` and `ibv_reg_mr` fail with ENOMEM on an exhausted adapter: the way to exercise what
+   * the layers above do when a device runs out. Default: none (soft0's caps).
+   */
+  caps?: SoftCapsLimit;
 }
+
+/** The resource caps `SoftProviderOptions.caps` may lower. */
+export type SoftCapsLimit = Partial<Pick<DeviceCaps, 'maxQp' | 'maxCq' | 'maxPd' | 'maxMr'>>;
 
 /** ESTABLISHED/REJECTED/DISCONNECTED etc. are delivered after the current call stack, in order. */
 function deliver(handler: (e: CmEvent) => void, event: CmEvent): void {
@@ -133,6 +147,7 @@ export class SoftConnection implements Connection, QpOwner {
     private readonly ctx: SoftDeviceContext,
     private readonly init: QpInit,
   ) {
+    ctx.admitQp();
     this.qp = new SoftQp(init.pd as SoftPd, init.sendCq, init.recvCq, init.cap, ctx.stags, this, ctx.limits);
     ctx.track(this, true);
   }
@@ -519,8 +534,10 @@ export class SoftConnectRequest implements ConnectRequest {
 
   createConnection(init: QpInit): Connection {
     if (this.answered) throw new VerbsError('VERBS_INVALID_STATE', 'connection request already answered');
-    this.answered = true;
+    // Answered only once the QP exists: a device out of QPs (or a bad QpInit) throws here, and the
+    // consumer can still reject() the request instead of leaving the peer's socket open.
     const c = new SoftConnection(this.ctx, init);
+    this.answered = true;
     c.adoptPassive(this.socket, this.frame, this.leftover());
     return c;
   }

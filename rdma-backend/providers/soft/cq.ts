@@ -24,7 +24,11 @@ export class SoftCq implements CompletionQueue {
     this.handler?.(this);
   };
 
-  constructor(readonly depth: number) {
+  constructor(
+    readonly depth: number,
+    /** Tells the device this CQ is gone (its count against `maxCq`). */
+    private readonly onDestroy?: () => void,
+  ) {
     this.ring = new Array<WorkCompletion>(depth);
   }
 
@@ -88,7 +92,9 @@ export class SoftCq implements CompletionQueue {
 
   destroy(): void {
     if (this.users > 0) throw new VerbsError('VERBS_BUSY', 'completion queue still used by queue pairs');
+    if (this.destroyed) return;
     this.destroyed = true;
+    this.onDestroy?.();
     // Nobody polls a destroyed CQ: drop the ring (a consumer may keep the CQ object reachable).
     this.count = 0;
     this.ring = [];

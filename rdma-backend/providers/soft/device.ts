@@ -16,6 +16,7 @@ import {
 } from '../../verbs/index.js';
 import {
   acceptMpaRequest,
+  type SoftCapsLimit,
   SoftConnection,
   type SoftDeviceContext,
   type SoftProviderOptions,
@@ -46,6 +47,25 @@ export const SOFT_CAPS: DeviceCaps = {
   maxPrivateData: { connect: ULP_PD, accept: ULP_PD, reject: ULP_PD },
 };
 
+const LIMITED_CAPS = ['maxQp', 'maxCq', 'maxPd', 'maxMr'] as const;
+
+function resolveCaps(caps: SoftCapsLimit): SoftCapsLimit {
+  const out: SoftCapsLimit = {};
+  for (const key of Object.keys(caps)) {
+    const k = key as (typeof LIMITED_CAPS)[number];
+    if (!LIMITED_CAPS.includes(k)) {
+      throw invalidArgument(`caps.${key} cannot be set (only ${LIMITED_CAPS.join(', ')})`, { key });
+    }
+    const v = caps[k];
+    if (v === undefined) continue;
+    if (!Number.isInteger(v) || v < 1 || v > SOFT_CAPS[k]) {
+      throw invalidArgument(`caps.${k} must be an integer in [1, ${SOFT_CAPS[k]}]`, { [k]: v });
+    }
+    out[k] = v;
+  }
+  return out;
+}
+
 export function resolveOptions(o: SoftProviderOptions = {}): Required<SoftProviderOptions> {
   const r: Required<SoftProviderOptions> = {
     crc: o.crc ?? true,
@@ -55,6 +75,7 @@ export function resolveOptions(o: SoftProviderOptions = {}): Required<SoftProvid
     defaultOrd: o.defaultOrd ?? 32,
     ownedMemoryOnly: o.ownedMemoryOnly ?? false,
     offerRtr: o.offerRtr ?? 'both',
+    caps: resolveCaps(o.caps ?? {}),
   };
   if (r.offerRtr !== 'write' && r.offerRtr !== 'read' && r.offerRtr !== 'both') {
     throw invalidArgument("offerRtr must be 'write', 'read' or 'both'", { offerRtr: r.offerRtr });
@@ -68,9 +89,13 @@ export function resolveOptions(o: SoftProviderOptions = {}): Required<SoftProvid
 }
 
 export class SoftDevice implements Device {
-  readonly caps = SOFT_CAPS;
-  private readonly stags = new StagTable(SOFT_CAPS.maxMr);
+  readonly caps: DeviceCaps;
+  private readonly stags: StagTable;
+  /** Live queue pairs: a connection holds its QP from construction to `destroy()`. */
   private readonly connections = new Set<SoftConnection>();
+  /** Protection domains allocated and not deallocated, completion queues created and not destroyed. */
+  private pds = 0;
+  private cqs = 0;
   private readonly listeners = new Set<net.Server>();
   private closed = false;
   private readonly ctx: SoftDeviceContext;
@@ -80,6 +105,9 @@ export class SoftDevice implements Device {
     options: Required<SoftProviderOptions>,
   ) {
     this.owned = options.ownedMemoryOnly ? new WeakSet() : undefined;
+    this.caps = Object.freeze({ ...SOFT_CAPS, ...options.caps });
+    this.stags = new StagTable(this.caps.maxMr);
+    const maxQp = this.caps.maxQp;
     this.ctx = {
       options,
       stags: this.stags,
@@ -88,6 +116,11 @@ export class SoftDevice implements Device {
         maxSge: SOFT_CAPS.maxSge,
         maxIrd: SOFT_CAPS.maxIrd,
         maxOrd: SOFT_CAPS.maxOrd,
+      },
+      admitQp: () => {
+        if (this.connections.size >= maxQp) {
+          throw new VerbsError('VERBS_RESOURCE_LIMIT', 'too many queue pairs', { maxQp });
+        }
       },
       track: (c, add) => {
         if (add) this.connections.add(c);
@@ -117,7 +150,12 @@ export class SoftDevice implements Device {
 
   allocPd(): ProtectionDomain {
     this.alive();
-    return new SoftPd(this, this.stags, SOFT_CAPS.maxMrSize);
+    if (this.pds >= this.caps.maxPd) {
+      throw new VerbsError('VERBS_RESOURCE_LIMIT', 'too many protection domains', { maxPd: this.caps.maxPd });
+    }
+    const pd = new SoftPd(this, this.stags, SOFT_CAPS.maxMrSize, this.pdDeallocated);
+    this.pds++;
+    return pd;
   }
 
   createCq(depth: number): CompletionQueue {
@@ -125,7 +163,25 @@ export class SoftDevice implements Device {
     if (!Number.isInteger(depth) || depth < 1 || depth > SOFT_CAPS.maxCqe) {
       throw invalidArgument('CQ depth out of range', { depth, max: SOFT_CAPS.maxCqe });
     }
-    return new SoftCq(depth);
+    if (this.cqs >= this.caps.maxCq) {
+      throw new VerbsError('VERBS_RESOURCE_LIMIT', 'too many completion queues', { maxCq: this.caps.maxCq });
+    }
+    const cq = new SoftCq(depth, this.cqDestroyed);
+    this.cqs++;
+    return cq;
+  }
+
+  private readonly pdDeallocated = (): void => {
+    this.pds--;
+  };
+
+  private readonly cqDestroyed = (): void => {
+    this.cqs--;
+  };
+
+  /** Queue pairs, completion queues and protection domains alive now (what the caps bound). */
+  get resources(): { qps: number; cqs: number; pds: number } {
+    return { qps: this.connections.size, cqs: this.cqs, pds: this.pds };
   }
 
   connect(o: ConnectOptions): Connection {

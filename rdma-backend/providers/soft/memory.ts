@@ -89,6 +89,8 @@ export class SoftPd implements ProtectionDomain {
     readonly device: Device,
     private readonly stags: StagTable,
     private readonly maxMrSize: number,
+    /** Tells the device this PD is gone (its count against `maxPd`). */
+    private readonly onDealloc?: () => void,
   ) {}
 
   registerMemory(buffer: Buffer, access: number): MemoryRegion {
@@ -122,6 +124,7 @@ export class SoftPd implements ProtectionDomain {
       });
     }
     this.dead = true;
+    this.onDealloc?.();
   }
 }
 
