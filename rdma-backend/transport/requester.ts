@@ -369,6 +369,46 @@ function fencedByPeer(st: CallState): boolean {
  * the reply was placed around its Write chunk data in the call's frame instead (`ReplyPlacement`); it is
  * completed once every region is invalidated (`onInvalidated`).
  */
+/** xid, msg_type, reply_stat: the words every RPC reply begins with (RFC 5531 §9). */
+const RPC_REPLY_HEAD = 12;
+const RPC_REPLY = 1;
+
+/**
+ * The reply's RPC message must be an RPC REPLY to this call: RFC 8166 §4.2.1 makes `rdma_xid` the XID
+ * of the RPC message the transport message conveys. A peer that sends less than a reply header (an
+ * RDMA_NOMSG whose Reply chunk it left empty), a CALL, or another call's XID broke the protocol: the
+ * call fails with ERR_TRANSPORT_BAD_REPLY naming what was wrong, and no handler is given a message it
+ * cannot read (the router stamps the client's XID into the first word).
+ */
+function checkReplyHead(message: Buffer, xid: number): void {
+  if (message.length < RPC_REPLY_HEAD) {
+    throw new TransportError(
+      'ERR_TRANSPORT_BAD_REPLY',
+      `the reply's RPC message has ${message.length} bytes, fewer than an RPC reply header (${RPC_REPLY_HEAD})`,
+      false,
+      { xid, length: message.length },
+    );
+  }
+  const msgType = message.readUInt32BE(4);
+  if (msgType !== RPC_REPLY) {
+    throw new TransportError(
+      'ERR_TRANSPORT_BAD_REPLY',
+      `the reply's RPC message has msg_type ${msgType}, not REPLY (1)`,
+      false,
+      { xid, msgType },
+    );
+  }
+  const messageXid = message.readUInt32BE(0);
+  if (messageXid !== xid) {
+    throw new TransportError(
+      'ERR_TRANSPORT_BAD_REPLY',
+      `the reply's RPC XID 0x${messageXid.toString(16)} is not its rdma_xid 0x${xid.toString(16)} (RFC 8166 §4.2.1)`,
+      false,
+      { xid, messageXid },
+    );
+  }
+}
+
 export function reassembleReply(
   c: RpcRdmaConnection,
   st: CallState,
@@ -408,6 +448,7 @@ export function reassembleReply(
   } else {
     inline = buf.subarray(h.payloadOffset, end);
   }
+  checkReplyHead(inline, h.xid);
   const writes = chunks.writes;
   if (writes.length === 0 || st.writeRegs.length === 0) {
     // Lent, not copied (`RequesterHandler.lendLimit`): with nothing left for us to invalidate, the call

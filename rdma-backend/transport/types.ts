@@ -24,7 +24,9 @@ export interface TransportCall {
 export interface RequesterHandler<C extends TransportCall = TransportCall> {
   /**
    * The reassembled RPC Reply: a buffer the handler owns, or, for a small inline reply when
-   * `lendLimit` allows, a view of the receive buffer lent for the duration of this call only.
+   * `lendLimit` allows, a view of the receive buffer lent for the duration of this call only. It is at
+   * least an RPC reply header (12 bytes: the call's XID, msg_type REPLY, reply_stat); a peer's message
+   * that is not fails the call with ERR_TRANSPORT_BAD_REPLY instead.
    */
   onReply(call: C, reply: Buffer): void;
   /**

@@ -157,6 +157,51 @@ test('a call the peer refuses for good closes its client, and the calls it had w
   t.is(g.router.snapshot().queued, 0);
 });
 
+test('a reply whose RPC message is empty closes its client with the reason; its call slot and record come back', async (t) => {
+  const rogue = await RoguePeer.listen(plainPrivateData());
+  const g = await startTestGateway({ peer: { host: '127.0.0.1', port: rogue.port } });
+  const peer = await rogue.peer;
+  const sock = await connectRaw(g.addresses[0].port);
+  let closed = false;
+  sock.on('close', () => {
+    closed = true;
+  });
+  t.teardown(async () => {
+    sock.destroy();
+    peer.close();
+    await rogue.close();
+    await g.stop(0);
+  });
+  const cp = decodeHeader(await peer.message(0));
+  peer.send(headerBytes({ version: 2, htype: 5, xid: cp.xid, credit: 32, flags: 1, props: [] }));
+  // A procedure its binding does not know: its reply size is unbounded, so a Reply chunk is offered.
+  sock.write(framedCall(0x1234, TEST_PROGRAM, TEST_VERSION, 77));
+  const h = decodeHeader(await peer.message(1));
+  if (h.version !== 2 || !('chunks' in h) || h.chunks.reply === null)
+    throw new Error('expected a Reply chunk');
+  const seg = h.chunks.reply[0];
+  // RDMA2_NOMSG whose Reply chunk carries no byte: no RPC message at all (before, Router.onReply threw
+  // on it after unlinking the call, and the client's slot, its record and its connection stayed taken).
+  peer.send(
+    headerBytes({
+      version: 2,
+      htype: 1,
+      xid: h.xid,
+      credit: 32,
+      flags: 1,
+      invHandle: 0,
+      chunks: { reads: [], writes: [], reply: [{ ...seg, length: 0 }] },
+    }),
+  );
+  await waitFor(() => closed, 'the client closed');
+  t.is(g.router.stats.refused, 1, 'closed as for a refused call, so that it retransmits');
+  await waitFor(() => g.frontend.connections.size === 0, 'its frontend connection gone');
+  const { poolRegistrations, ...after } = gauges(g);
+  t.like(after, { routerInFlight: 0, routerQueued: 0, recordsInUse: 0, frontendCallsInFlight: 0 });
+  t.is(poolRegistrations, 0, 'the Reply chunk was released');
+  t.is(g.pool.snapshot().slots[0].connection?.counters.handlerErrors, 0, 'no handler threw');
+});
+
 test('a call that takes down every connection it reaches is not resent for ever: its client is closed after the hold time', async (t) => {
   // An upstream that resets its connection whenever a call arrives: the responder then drops its RDMA
   // connection, and the gateway resends the call on a new one, which goes the same way.

@@ -207,6 +207,67 @@ test('client end: a reply for an unknown XID is dropped; a reply claiming more t
   }
 });
 
+test('client end: a reply whose RPC message is not a reply to the call fails it (ERR_TRANSPORT_BAD_REPLY); the connection goes on', async (t) => {
+  const { client, collector, peer, close } = await clientToRogue('bad-reply-head', 1);
+  try {
+    // Calls whose replies may exceed the inline size: each offers a Reply chunk.
+    const longCall = (xid: number) => {
+      const c = TestCall.echo(xid, Buffer.from('abc'), false);
+      c.maxReplySize = 9000;
+      return c;
+    };
+    for (const xid of [21, 22, 23, 24]) client.submit(longCall(xid));
+    const rc = async (n: number) => {
+      const h = decodeHeader(await peer.message(n));
+      if (h.version !== 1 || h.proc !== 0 || h.chunks.reply === null)
+        throw new Error('expected a Reply chunk');
+      return h.chunks.reply[0];
+    };
+    // 21: an RDMA_NOMSG whose Reply chunk the peer left empty: no RPC message at all.
+    const s21 = await rc(0);
+    peer.send(
+      headerBytes({ version: 1, proc: 1, xid: 21, credit: 4, chunks: { reply: [{ ...s21, length: 0 }] } }),
+    );
+    // 22: the Reply chunk holds an RPC CALL.
+    const s22 = await rc(1);
+    await peer.write(s22.handle, s22.offset, words(22, 0, 2, 0x20000099, 1, 1, 0, 0, 0, 0, 0));
+    peer.send(
+      headerBytes({ version: 1, proc: 1, xid: 22, credit: 4, chunks: { reply: [{ ...s22, length: 44 }] } }),
+    );
+    // 23: an inline reply whose RPC XID is another's.
+    await rc(2);
+    peer.send(
+      headerBytes({ version: 1, proc: 0, xid: 23, credit: 4, chunks: {} }, words(0xdead, 1, 0, 0, 0, 0, 0)),
+    );
+    // 24: a good reply, after all of that.
+    await rc(3);
+    peer.send(
+      headerBytes({ version: 1, proc: 0, xid: 24, credit: 4, chunks: {} }, words(24, 1, 0, 0, 0, 0, 0)),
+    );
+
+    const outcomes = await collector.wait(4);
+    const byXid = new Map(outcomes.map((o) => [o.call.xid, o]));
+    const bad: [number, RegExp][] = [
+      [21, /has 0 bytes, fewer than an RPC reply header/],
+      [22, /msg_type 0, not REPLY/],
+      [23, /RPC XID 0xdead is not its rdma_xid 0x17/],
+    ];
+    for (const [xid, why] of bad) {
+      const o = byXid.get(xid);
+      t.is(o?.error?.code, 'ERR_TRANSPORT_BAD_REPLY', `xid ${xid}`);
+      t.is(o?.error?.retransmit, false);
+      t.regex(o?.error?.message ?? '', why);
+      t.is(o?.reply, undefined, 'no handler is given the message');
+    }
+    t.is(byXid.get(24)?.error, undefined, 'the connection still delivers replies');
+    t.deepEqual(byXid.get(24)?.reply, words(24, 1, 0, 0, 0, 0, 0));
+    t.is(client.state, 'ready');
+    t.is(client.snapshot().registrations.inUse, 0, 'every Reply chunk was released');
+  } finally {
+    await close();
+  }
+});
+
 /** Our client end connected to a rogue server; `maxVersion` 1 skips the Version 2 negotiation. */
 async function clientToRogue(tag: string, maxVersion: 1 | 2, options: TransportOptions = {}) {
   const rogue = await RoguePeer.listen(pd());
