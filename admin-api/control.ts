@@ -381,6 +381,8 @@ export interface ResponderCounters {
   connectionsRefused: number;
   /** Connections closed by the idle reaper (`responder.idleTimeoutMs` without traffic). */
   connectionsIdleClosed: number;
+  /** Upstream connections of ended RDMA connections cut before their replies came in, to stay within maxConnections. */
+  lingeringUpstreamsCut: number;
   callsForwarded: number;
   repliesSent: number;
   /** Upstream replies that matched no call (late, or their RDMA connection had gone). */

@@ -557,6 +557,12 @@ export function renderResponderMetrics({
     single(r.connectionsIdleClosed),
   );
   w.family(
+    `${P}responder_lingering_upstreams_cut_total`,
+    'counter',
+    'Upstream TCP connections of ended RDMA connections cut before their replies came in, to stay within responder.maxConnections.',
+    single(r.lingeringUpstreamsCut),
+  );
+  w.family(
     `${P}responder_links`,
     'gauge',
     'RDMA connections with their upstream TCP connection.',

@@ -266,6 +266,9 @@ export const ResponderStats = Type.Object({
     acceptFailures: Int('connection requests the device could not accept'),
     connectionsRefused: Int('connection requests refused while draining, stopping, or at maxConnections'),
     connectionsIdleClosed: Int('connections closed after responder.idleTimeoutMs without traffic'),
+    lingeringUpstreamsCut: Int(
+      'upstream connections of ended RDMA connections cut before their replies came in, to stay within maxConnections',
+    ),
     callsForwarded: Int(),
     repliesSent: Int(),
     unmatchedReplies: Int('upstream replies that matched no call'),

@@ -112,6 +112,7 @@ export class ResponderControlAdapter
         acceptFailures: s.acceptFailures,
         connectionsRefused: s.refused,
         connectionsIdleClosed: s.idleClosed,
+        lingeringUpstreamsCut: s.lingerCut,
         callsForwarded: s.callsForwarded,
         repliesSent: s.repliesSent,
         unmatchedReplies: s.unmatchedReplies,

@@ -101,6 +101,11 @@ export class Responder {
           request.reject();
           return;
         }
+        // A link whose RDMA connection ended keeps its upstream socket while replies are still due
+        // (lingerMs). Live and lingering links together stay within maxConnections: without that, a
+        // peer connecting, calling and leaving in a loop would pile up upstream sockets without bound.
+        // The oldest lingering ones give way (their replies have nowhere to go).
+        this.cutLingering(this.links.size - max + 1);
         const link = new UpstreamLink({
           upstream: this.o.upstream,
           registry: this.o.registry,
@@ -222,7 +227,18 @@ export class Responder {
     }
   }
 
-  /** RDMA connections accepted and not closed (`maxConnections` bounds them). */
+  /** Cuts the upstream of up to `n` lingering links, the oldest first (a Set iterates in insertion order). */
+  private cutLingering(n: number): void {
+    for (const l of this.links) {
+      if (n <= 0) return;
+      if (!l.lingering) continue;
+      l.cutUpstream(); // leaves `links` at once (onGone)
+      this.stats.lingerCut++;
+      n--;
+    }
+  }
+
+  /** RDMA connections accepted and not closed (`maxConnections` bounds them, with the lingering links). */
   private openConnections(): number {
     let n = 0;
     for (const l of this.links) if (l.conn && l.conn.state !== 'closed') n++;

@@ -76,6 +76,11 @@ export interface ResponderStats {
   refused: number;
   /** Connections closed after `idleTimeoutMs` without traffic (the idle reaper). */
   idleClosed: number;
+  /**
+   * Upstream connections of ended RDMA connections cut before their replies came in (`lingerMs`),
+   * because live and lingering links together were at `maxConnections`.
+   */
+  lingerCut: number;
   /** Gauges. */
   links: number;
   pending: number;
@@ -95,6 +100,7 @@ export function createResponderStats(): ResponderStats {
     acceptFailures: 0,
     refused: 0,
     idleClosed: 0,
+    lingerCut: 0,
     links: 0,
     pending: 0,
   };
@@ -371,6 +377,9 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
   }
 
   private endUpstream(): void {
+    // Already gone (the upstream closed first, and the RDMA close followed): nothing to end, and a new
+    // timer would only keep the link reachable for lingerMs.
+    if (this.upstreamClosed) return;
     if (this.lingerTimer) clearTimeout(this.lingerTimer);
     this.flush();
     this.socket.end();
@@ -378,6 +387,25 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
     // makes RDMA closes routine, so a bounded wait for its FIN, then the socket goes.
     this.lingerTimer = setTimeout(() => this.socket.destroy(), this.o.lingerMs);
     this.lingerTimer.unref();
+  }
+
+  /** The RDMA side ended while the upstream still owes replies: the link waits (`lingerMs`) for them. */
+  get lingering(): boolean {
+    return this.rdmaClosed && !this.upstreamClosed;
+  }
+
+  /**
+   * Gives up the replies still due after the RDMA side ended (they have nowhere to go): the upstream
+   * connection goes now, because the responder needs its place for a new RDMA connection.
+   */
+  cutUpstream(): void {
+    if (!this.lingering) return;
+    this.o.log.info(
+      { reason: 'LINGER_CUT', outstanding: this.pending.size },
+      'cutting the upstream connection of an ended RDMA connection: the responder needs its place',
+    );
+    this.socket.destroy();
+    this.onUpstreamClosed();
   }
 
   private onUpstreamClosed(): void {

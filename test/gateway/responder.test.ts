@@ -178,6 +178,58 @@ test('an upstream that goes away closes its RDMA connection: the calls fail for 
   t.is(conn.state, 'closed');
 });
 
+test('an upstream that goes first leaves no linger timer behind when the RDMA close follows', async (t) => {
+  const u = await upstream((s) => {
+    s.destroy();
+  });
+  const { responder, conn, outcomes } = await chain(t, u);
+  const [link] = [...responder.links];
+  conn.submit(call(9));
+  await waitFor(() => outcomes.failures.length === 1, 'failure');
+  await waitFor(() => responder.links.size === 0, 'the link gone');
+  // The RDMA close came after the upstream's: ending the destroyed upstream again armed a lingerMs timer
+  // that kept the gone link reachable.
+  t.is((link as unknown as { lingerTimer: NodeJS.Timeout | null }).lingerTimer, null);
+});
+
+test('ended connections whose upstream still owes replies count against maxConnections: the oldest is cut for a new one', async (t) => {
+  const w = await testResponder(t, { maxConnections: 2, hold: new Set([1, 2, 3, 4]) });
+  /** A connection that sends a call the upstream holds, then ends: its link lingers. */
+  const lingerer = async (xid: number) => {
+    const c = await w.connect();
+    c.submit(call(xid));
+    await waitFor(() => w.responder.stats.pending === xid, 'held upstream');
+    c.close();
+    await waitFor(() => w.responder.rdmaConnections().length === 0, 'its RDMA connection ended');
+  };
+  await lingerer(1);
+  await lingerer(2);
+  t.is(w.responder.links.size, 2, 'two links linger, each with its upstream connection');
+  const firstUpstream = w.u.sockets[0];
+  const cutGone = new Promise<void>((r) => firstUpstream.once('close', () => r()));
+
+  // A third connection: live and lingering would be three. The oldest lingering upstream is cut.
+  const outcomes = new Outcomes();
+  const third = await w.connect(outcomes);
+  t.is(w.responder.stats.lingerCut, 1);
+  t.is(w.responder.links.size, 2, 'never more links than maxConnections');
+  t.is(w.responder.stats.pending, 1, "the cut link's held call is no longer counted");
+  await cutGone; // the oldest link's upstream socket was closed
+  t.like(
+    w.lines.find((r) => r.reason === 'LINGER_CUT'),
+    { outstanding: 1 },
+  );
+  third.submit(call(9));
+  await waitFor(() => outcomes.replies.length === 1, 'the new connection is served');
+
+  // Two live connections and the last lingering link: that one gives way too; a third live one is refused.
+  await w.connect();
+  t.is(w.responder.stats.lingerCut, 2);
+  t.is(w.responder.links.size, 2);
+  await t.throwsAsync(w.connect());
+  t.is(w.responder.stats.refused, 1, 'live connections are never cut: at maxConnections one more is refused');
+});
+
 test('a call assembled in the record pool is planned before it is written: its result still goes in the Write chunk', async (t) => {
   const COUNT = 6000;
   // The upstream answers a SOURCE call with COUNT bytes: the result the requester offered a Write chunk for.
