@@ -305,6 +305,7 @@ export class GatewayControlAdapter
           retransmits: r.retransmits,
           orphaned_replies: r.orphanedReplies,
           dropped_queued: r.droppedQueued,
+          duplicates_dropped: r.duplicatesDropped,
           hold_expired: r.holdExpired,
           refused: r.refused,
           malformed: r.malformed,

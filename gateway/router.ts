@@ -105,6 +105,11 @@ export interface RouterStats extends BackchannelStats {
   orphanedReplies: number;
   /** Waiting calls dropped because their client went away (never sent). */
   droppedQueued: number;
+  /**
+   * Calls a client sent again while the first was still waiting or in flight (same XID): dropped, the
+   * first one's reply answers both.
+   */
+  duplicatesDropped: number;
   /** Calls sent again after their connection was lost. */
   retransmits: number;
   /** Clients disconnected because a call waited longer than the hold time. */
@@ -146,6 +151,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     replies: 0,
     orphanedReplies: 0,
     droppedQueued: 0,
+    duplicatesDropped: 0,
     retransmits: 0,
     holdExpired: 0,
     refused: 0,
@@ -298,12 +304,25 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       this.malformed(conn, `msg_type ${msgType} is neither CALL nor REPLY`, record.length);
       return;
     }
+    const clientXid = record.readUInt32BE(0);
+    if (client.xids.has(clientXid)) {
+      // The client retransmitted a call still waiting or in flight (an NFSv3 client does so on the same
+      // connection after `timeo`). Sent again, it would run twice at the server with two gateway XIDs,
+      // where the server's duplicate request cache would have recognized a retransmission on one
+      // connection; the first one's reply answers the client's XID either way. As Linux's nfsd drops a
+      // retransmission of a request in progress (RC_DROPIT).
+      this.stats.duplicatesDropped++;
+      this.recordPool?.release(record);
+      conn.release();
+      return;
+    }
     const r = this.records.take();
     const now = performance.now();
     r.arrivedAt = now;
     r.client = client;
     r.message = record;
-    r.clientXid = record.readUInt32BE(0);
+    r.clientXid = clientXid;
+    client.xids.set(clientXid, r);
     this.plan(r, record);
     r.queuedAt = now;
     r.enqueuedAt = now;
@@ -551,6 +570,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       if (r.sessionOp !== SessionOp.NONE && (r.sessionOp !== SessionOp.SEQUENCE || r.session === null))
         this.sessionReply(r, link, reply);
       if (!r.gss) reply.writeUInt32BE(r.clientXid, 0);
+      client.xids.delete(r.clientXid);
       client.replies++;
       this.stats.replies++;
       // Counted before the hand-over: a pooled reply belongs to the frontend once given to sendReply.

@@ -2,6 +2,7 @@
  * Per TCP client: the calls it sent that wait for an RDMA credit (an intrusive FIFO of call records), and
  * its bookkeeping for the fair scheduler. Stored in `FrontendConnection.context`.
  */
+import { U32Map } from '../../common/u32-map.js';
 import type { FrontendConnection } from '../../tcp-frontend/server.js';
 import type { PendingCallback } from '../backchannel/relay.js';
 import type { CallRecord } from './call-record.js';
@@ -26,6 +27,11 @@ export class ClientState {
   /** Calls this client sent, and replies it got (for the admin API and tests). */
   calls = 0;
   replies = 0;
+  /**
+   * Its calls waiting or in flight, by the client's XID: a call that comes again with one of these XIDs
+   * is the client retransmitting it, answered by the original's reply.
+   */
+  readonly xids = new U32Map<CallRecord>();
   /** NFSv4.1 sessions this client created (or bound) through the gateway. */
   readonly sessions: Session[] = [];
   /** Backward calls relayed to this client, by the XID they carry on its connection (created on first use). */

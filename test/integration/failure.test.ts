@@ -12,10 +12,11 @@ import { TEST_PROGRAM, TEST_VERSION, TestProc } from '../../gateway/test-program
 import { serveTestProgram, TestProgramClient } from '../../gateway/test-program/index.js';
 import { decodeHeader } from '../../rdma-backend/protocol/index.js';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
+import { RecordDecoder } from '../../tcp-frontend/record-marking.js';
 import { connectRaw, framedCall, waitFor } from '../gateway/helpers.js';
 import { freePort } from '../helpers/ports.js';
 import { plainPrivateData, RoguePeer } from '../helpers/rogue-peer.js';
-import { headerBytes } from '../transport/loopback.js';
+import { headerBytes, words } from '../transport/loopback.js';
 import { BASELINE, gauges, startTestGateway, testConfig } from './helpers.js';
 
 /**
@@ -200,6 +201,77 @@ test('a reply whose RPC message is empty closes its client with the reason; its 
   t.like(after, { routerInFlight: 0, routerQueued: 0, recordsInUse: 0, frontendCallsInFlight: 0 });
   t.is(poolRegistrations, 0, 'the Reply chunk was released');
   t.is(g.pool.snapshot().slots[0].connection?.counters.handlerErrors, 0, 'no handler threw');
+});
+
+test('a call the client sends again while the first is in flight is not sent twice; the first reply answers it', async (t) => {
+  const rogue = await RoguePeer.listen(plainPrivateData());
+  const g = await startTestGateway({ peer: { host: '127.0.0.1', port: rogue.port } });
+  const peer = await rogue.peer;
+  const sock = await connectRaw(g.addresses[0].port);
+  const replies: Buffer[] = [];
+  const decoder = new RecordDecoder((r) => replies.push(r));
+  sock.on('data', (d) => decoder.push(d));
+  t.teardown(async () => {
+    sock.destroy();
+    peer.close();
+    await rogue.close();
+    await g.stop(0);
+  });
+  const cp = decodeHeader(await peer.message(0));
+  peer.send(headerBytes({ version: 2, htype: 5, xid: cp.xid, credit: 8, flags: 1, props: [] }));
+  const echo = (xid: number, text: string) =>
+    framedCall(
+      xid,
+      TEST_PROGRAM,
+      TEST_VERSION,
+      TestProc.ECHO,
+      Buffer.concat(encodeOpaqueParts(Buffer.from(text))),
+    );
+  /** The RPC message of the peer's `n`th received message (an inline RDMA2_MSG). */
+  const callAt = async (n: number) => {
+    const m = await peer.message(n);
+    const h = decodeHeader(m);
+    if (h.version !== 2 || h.htype !== 0) throw new Error('expected RDMA2_MSG');
+    return m.subarray(h.payloadOffset);
+  };
+  const answer = (message: Buffer) => {
+    const xid = message.readUInt32BE(0);
+    peer.send(
+      headerBytes(
+        { version: 2, htype: 0, xid, credit: 8, flags: 1, invHandle: 0, chunks: {} },
+        words(xid, 1, 0, 0, 0, 0, 0),
+      ),
+    );
+  };
+
+  sock.write(echo(0x55, 'first'));
+  const first = await callAt(1);
+  // The client's retransmission of 0x55 (an NFSv3 client does so after `timeo`), then a new call.
+  sock.write(echo(0x55, 'first'));
+  sock.write(echo(0x56, 'other'));
+  const other = await callAt(2);
+  t.true(
+    other.includes(Buffer.from('other')),
+    'the next call the peer got is the new one, not the retransmission',
+  );
+  t.is(g.router.stats.duplicatesDropped, 1);
+
+  answer(first);
+  answer(other);
+  await waitFor(() => replies.length === 2, 'two replies');
+  t.deepEqual(
+    replies.map((r) => r.readUInt32BE(0)),
+    [0x55, 0x56],
+    "one reply to 0x55, in the client's XID",
+  );
+  await waitFor(() => gauges(g).frontendCallsInFlight === 0, 'no call in flight');
+  t.deepEqual(gauges(g), BASELINE, 'the dropped retransmission holds nothing');
+
+  // Answered, the XID is free again: the same XID later is a new call and goes out.
+  sock.write(echo(0x55, 'again'));
+  const again = await callAt(3);
+  t.true(again.includes(Buffer.from('again')));
+  t.is(g.router.stats.duplicatesDropped, 1);
 });
 
 test('a call that takes down every connection it reaches is not resent for ever: its client is closed after the hold time', async (t) => {
