@@ -11,12 +11,17 @@
  * server the client reached, and RFC 5531 §9 has the server answer PROG_UNAVAIL. Every other reply comes
  * from the real server (DESIGN §3).
  *
+ * The calls the gateway answers itself (PROG_UNAVAIL, PROG_MISMATCH, RPC_MISMATCH, the `local` routes) end
+ * here, so their records go back to the record pool once answered: each such reply is built in a
+ * buffer of its own, so nothing refers to the record then. A record sent on belongs to its route.
+ *
  * A listener may be restricted to some programs (NFS on 2049, MOUNT on 20048, the portmapper on 111); a
  * call for another program on that listener is PROG_UNAVAIL too, as it would be from a server that does
  * not serve the program on that port.
  */
 import type { Logger } from 'pino';
 import { pino } from 'pino';
+import type { BufferPool } from '../common/buffer-pool.js';
 import { ConfigError, UsageError } from '../common/errors.js';
 import { AcceptStat, MsgType, RejectStat, RPC_VERSION } from '../rpc/constants.js';
 import { encodeAcceptedReply, encodeDeniedReply } from '../rpc/message.js';
@@ -233,8 +238,14 @@ export interface DispatcherOptions {
   /** The RDMA route (the Router); it also gets malformed records and backchannel replies. */
   rdma: FrontendHandler;
   tcp?: TcpRouteHandler;
-  /** Handlers of `local` routes by program. */
+  /**
+   * Handlers of `local` routes by program. Each answers a call before `onRecord` returns and keeps no
+   * reference to its record (the portmapper decodes into copies and replies from a buffer of its own):
+   * the dispatcher gives the record back to `recordPool` then.
+   */
   local?: ReadonlyMap<number, FrontendHandler>;
+  /** The frontend's record pool: where the records of the calls the gateway answers itself go back. */
+  recordPool?: BufferPool;
   /** Per-port program restrictions (ports not in the map serve every routed program). */
   listeners?: ListenerPrograms;
   logger?: Logger;
@@ -263,6 +274,7 @@ export class Dispatcher implements FrontendHandler {
   private readonly tcp: TcpRouteHandler | undefined;
   private readonly local: ReadonlyMap<number, FrontendHandler>;
   private listeners: ListenerPrograms;
+  private readonly recordPool: BufferPool | undefined;
   private readonly writer = new XdrWriter(0);
   /** Per-program counters by number (names are made only in `snapshot`). */
   /** Only programs the routing table names: bounded by the configuration. */
@@ -275,6 +287,7 @@ export class Dispatcher implements FrontendHandler {
     this.tcp = o.tcp;
     this.local = o.local ?? new Map();
     this.listeners = o.listeners ?? new Map();
+    this.recordPool = o.recordPool;
     (o.logger ?? pino({ level: 'silent' })).info({ routes: describeTable(o.table) }, 'program routes');
     for (const r of o.table.routes) {
       if (r.kind === 'tcp' && !this.tcp)
@@ -344,6 +357,8 @@ export class Dispatcher implements FrontendHandler {
       case 'local':
         this.stats.local++;
         (this.local.get(program) as FrontendHandler).onRecord(conn, record);
+        // Answered, and not kept (see `DispatcherOptions.local`).
+        this.recordPool?.release(record);
         return;
     }
   }
@@ -365,6 +380,7 @@ export class Dispatcher implements FrontendHandler {
     conn.log.debug({ program, version, localPort: conn.localPort }, 'no route for the program: PROG_UNAVAIL');
     const w = this.writer.reset(Buffer.allocUnsafe(PROG_UNAVAIL_SIZE), 0);
     encodeAcceptedReply(w, { xid: record.readUInt32BE(0), acceptStat: AcceptStat.PROG_UNAVAIL });
+    this.recordPool?.release(record);
     conn.sendReply([w.view()]);
   }
 
@@ -379,6 +395,7 @@ export class Dispatcher implements FrontendHandler {
       rejectStat: RejectStat.RPC_MISMATCH,
       mismatch: { low: RPC_VERSION, high: RPC_VERSION },
     });
+    this.recordPool?.release(record);
     conn.sendReply([w.view()]);
   }
 
@@ -398,6 +415,7 @@ export class Dispatcher implements FrontendHandler {
       acceptStat: AcceptStat.PROG_MISMATCH,
       mismatch,
     });
+    this.recordPool?.release(record);
     conn.sendReply([w.view()]);
   }
 }

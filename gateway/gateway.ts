@@ -254,6 +254,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     rdma: router,
     tcp: passthrough,
     local: portmapper ? new Map([[PORTMAP_PROGRAM, portmapper]]) : new Map(),
+    recordPool,
     logger: log.child({ component: 'dispatch' }),
   });
   const frontend = new FrontendServer({

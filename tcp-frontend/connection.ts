@@ -17,7 +17,9 @@
  *
  * The socket reads into a buffer shared by every connection of the server (`withReadBuffer`, server.ts):
  * each record is copied out of it (into the record pool when large), so a record stays valid after
- * `onRecord` returns.
+ * `onRecord` returns. A record handed to `onRecord` is the handler's to give back to the pool; those the
+ * connection drops itself (decoded while closing, left in the backlog, partly received when the socket
+ * closes) it gives back itself.
  */
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
@@ -45,7 +47,9 @@ export interface CloseReason {
 export interface FrontendHandler {
   /**
    * One decoded record (an RPC call, or a reply to a backchannel call). The connection counts it in
-   * flight until the dispatcher calls `release()` (or `sendReply()`, which does both).
+   * flight until the dispatcher calls `release()` (or `sendReply()`, which does both). A record in a
+   * buffer of the server's record pool is handed over: the handler gives it back (`BufferPool.release`)
+   * once nothing uses it.
    */
   onRecord(conn: FrontendConnection, record: Buffer): void;
   /** Called once when the connection has closed, whatever the reason. Calls still in flight are void. */
@@ -109,6 +113,7 @@ export class FrontendConnection {
   private readonly decoder: RecordDecoder;
   private readonly onClosed: (conn: FrontendConnection) => void;
   private readonly writer: RecordWriter;
+  private readonly recordPool: BufferPool | undefined;
   /** Decoded records not yet dispatched; bounded by one read chunk (reading pauses when it is non-empty). */
   /**
    * Slots `[backlogHead, backlogTail)` hold records; the array is reused as it is (never shortened), so a
@@ -137,6 +142,7 @@ export class FrontendConnection {
     this.stats = stats;
     this.handler = handler;
     this.onClosed = onClosed;
+    this.recordPool = recordPool;
     this.writer = new RecordWriter(socket, { pool: recordPool, onBlocked: () => this.onWriteBlocked() });
     this.remoteAddress = socket.remoteAddress ?? '';
     this.remotePort = socket.remotePort ?? 0;
@@ -400,7 +406,11 @@ export class FrontendConnection {
   private onDecoded(record: Buffer): void {
     this.recordsIn++;
     this.stats.recordsIn++;
-    if (this.closing) return;
+    if (this.closing) {
+      // Not dispatched, so nobody else has it: back to the pool.
+      this.recordPool?.release(record);
+      return;
+    }
     this.backlog[this.backlogTail++] = record;
     this.pump();
   }
@@ -451,7 +461,12 @@ export class FrontendConnection {
     }
   }
 
+  /** Drops the undispatched records (the client retransmits them); their buffers go back to the pool. */
   private dropBacklog(): void {
+    const pool = this.recordPool;
+    if (pool !== undefined) {
+      for (let i = this.backlogHead; i < this.backlogTail; i++) pool.release(this.backlog[i]!);
+    }
     this.backlog.fill(undefined, this.backlogHead, this.backlogTail);
     this.backlogHead = 0;
     this.backlogTail = 0;
@@ -564,6 +579,8 @@ export class FrontendConnection {
     this.stats.callsInFlight -= this.inFlight;
     this.inFlight = 0;
     this.dropBacklog();
+    // A record cut off by the close will never complete: its buffer goes back to the pool.
+    this.decoder.dispose();
     const reason = this.reason ?? {
       code: 'CLOSED_BY_CLIENT',
       message: 'the client closed the connection',

@@ -11,7 +11,10 @@
  * - it keeps no reference to a chunk after `push` returns (except inside a delivered zero-copy record), so
  *   a caller may reuse its read buffer (`net.Socket` `onread`) once the handler has consumed the record;
  * - limits are enforced when a fragment header arrives: a record whose announced length exceeds the limit
- *   is rejected before any of its bytes are buffered, so a decoder never holds more than `maxRecordSize`.
+ *   is rejected before any of its bytes are buffered, so a decoder never holds more than `maxRecordSize`;
+ * - every buffer it takes from `allocate` is either delivered in a record or handed to `release` (outgrown,
+ *   skipped, dropped when the stream fails, or by `dispose` when the owner gives up on the stream), so a
+ *   pool gets back every buffer of a record that never completes.
  *
  * The encoder frames a message without copying it: it returns the header(s) and views of the body, ready
  * for `writev` (`socket.cork()` + writes, or `_writev`).
@@ -49,7 +52,8 @@ export interface RecordDecoderOptions {
   allocate?: (size: number) => Buffer;
   /**
    * Called with a buffer from `allocate` that the decoder dropped without delivering it (a multi-fragment
-   * record outgrew it): nothing references it any more, so a pool may take it back.
+   * record outgrew it, the record was skipped, the stream failed, or `dispose`): nothing references it
+   * any more, so a pool may take it back.
    */
   release?: (buf: Buffer) => void;
   /**
@@ -238,6 +242,16 @@ export class RecordDecoder {
     });
   }
 
+  /**
+   * Gives up on the stream (its socket closed, perhaps mid-record): the partly assembled record's buffer
+   * goes to `release`, and the decoder cannot be used afterwards. Idempotent, and harmless after `end`
+   * or a failure.
+   */
+  dispose(): void {
+    this.ended = true;
+    this.dropAssembly();
+  }
+
   private startFragment(len: number, last: boolean, headerAt: number): void {
     const fragments = ++this.fragments;
     if (fragments > this.maxFragments) {
@@ -317,10 +331,8 @@ export class RecordDecoder {
     if (assembled !== undefined) {
       const keep = Math.min(8, this.assemblyUsed);
       for (let i = 0; i < keep; i++) this.keepHeadByte(assembled[i]);
-      this.release?.(assembled);
     }
-    this.assembly = undefined;
-    this.assemblyUsed = 0;
+    this.dropAssembly();
   }
 
   private keepHeadByte(b: number): void {
@@ -379,9 +391,16 @@ export class RecordDecoder {
   private fail(code: string, reason: string, details: Record<string, unknown>): RecordMarkingError {
     const err = new RecordMarkingError(code, reason, details);
     this.failure = err;
+    this.dropAssembly();
+    return err;
+  }
+
+  /** The incomplete record will never be delivered: its buffer goes back (see `release`). */
+  private dropAssembly(): void {
+    const assembled = this.assembly;
     this.assembly = undefined;
     this.assemblyUsed = 0;
-    return err;
+    if (assembled !== undefined) this.release?.(assembled);
   }
 
   private failAgain(): never {

@@ -4,11 +4,19 @@
  * unrouted program answered PROG_UNAVAIL, and an upstream that is down (a counted failure, never a hang).
  */
 import test from 'ava';
+import { BufferPool } from '../../common/buffer-pool.js';
 import { ConfigError } from '../../common/errors.js';
 import { type GatewayConfig, loadConfig } from '../../gateway/config.js';
-import { listenPlanFor, parseRoute, RoutingTable, routingTableFor } from '../../gateway/dispatch.js';
+import {
+  Dispatcher,
+  listenPlanFor,
+  parseRoute,
+  RoutingTable,
+  routingTableFor,
+} from '../../gateway/dispatch.js';
 import { type Gateway, startGateway } from '../../gateway/gateway.js';
-import { MOUNT_PROGRAM, NFS_PROGRAM } from '../../gateway/portmapper/programs.js';
+import { Portmapper } from '../../gateway/portmapper/index.js';
+import { MOUNT_PROGRAM, NFS_PROGRAM, PORTMAP_PROGRAM } from '../../gateway/portmapper/programs.js';
 import {
   serveTestProgram,
   TEST_PROGRAM,
@@ -20,8 +28,9 @@ import { AcceptStat, AuthFlavor } from '../../rpc/constants.js';
 import { encodeAcceptedReply, encodeCallHeader } from '../../rpc/message.js';
 import { XdrWriter } from '../../rpc/xdr.js';
 import { RpcClient } from '../../tcp-frontend/client.js';
+import { RecordDecoder } from '../../tcp-frontend/record-marking.js';
 import { type FrontendConnection, FrontendServer } from '../../tcp-frontend/server.js';
-import { replyWordsToRpcVersion, waitFor } from '../gateway/helpers.js';
+import { connectRaw, framedCall, replyWordsToRpcVersion, waitFor } from '../gateway/helpers.js';
 import { freePort } from '../helpers/ports.js';
 
 function config(flags: Record<string, string[]> = {}): GatewayConfig {
@@ -158,6 +167,57 @@ test('a call of RPC version 3 the gateway answers itself gets RPC_MISMATCH 2..2,
   const s = g.snapshot();
   t.is(s.dispatch?.rpcMismatch, 1);
   t.is(s.dispatch?.unavailable, 0);
+});
+
+test('records of the calls the gateway answers itself go back to the record pool; a routed one stays out', async (t) => {
+  const pool = new BufferPool();
+  const routed: Buffer[] = [];
+  const dispatcher = new Dispatcher({
+    table: new RoutingTable([
+      { program: TEST_PROGRAM, version: TEST_VERSION, kind: 'rdma', upstream: null },
+      { program: PORTMAP_PROGRAM, version: null, kind: 'local', upstream: null },
+    ]),
+    // The RDMA route keeps its record (the router gives it back when the call is over).
+    rdma: {
+      onRecord(conn, record) {
+        routed.push(record);
+        conn.release();
+      },
+      onClose() {},
+    },
+    local: new Map([[PORTMAP_PROGRAM, new Portmapper(() => [])]]),
+    recordPool: pool,
+  });
+  const server = new FrontendServer({
+    listen: [{ host: '127.0.0.1', port: 0 }],
+    handler: dispatcher,
+    recordPool: pool,
+  });
+  const [{ port }] = await server.listen();
+  t.teardown(() => server.close({ drainTimeoutMs: 0 }));
+  // Each call carries 8 KiB of arguments, so its record is a buffer of the pool.
+  const args = Buffer.alloc(8 * 1024, 5);
+  const rpcVersion3 = framedCall(3, 0x4000_0001, 1, 0, args);
+  rpcVersion3.writeUInt32BE(3, 4 + 8);
+  const calls = [
+    framedCall(1, 0x4000_0001, 1, 0, args), // PROG_UNAVAIL
+    framedCall(2, TEST_PROGRAM, TEST_VERSION + 1, 0, args), // PROG_MISMATCH
+    rpcVersion3, // RPC_MISMATCH
+    framedCall(4, PORTMAP_PROGRAM, 2, 0, args), // the portmapper (local)
+    framedCall(5, TEST_PROGRAM, TEST_VERSION, 0, args), // routed: kept by the route
+  ];
+  const client = await connectRaw(port);
+  t.teardown(() => client.destroy());
+  const replies: number[] = [];
+  const decoder = new RecordDecoder((r) => replies.push(r.readUInt32BE(0)));
+  client.on('data', (chunk: Buffer) => decoder.push(chunk));
+  for (const call of calls) client.write(call);
+  await waitFor(() => replies.length === 4 && routed.length === 1, 'four replies and the routed call');
+  t.deepEqual(replies, [1, 2, 3, 4]);
+  t.is(dispatcher.stats.unavailable + dispatcher.stats.versionMismatch + dispatcher.stats.rpcMismatch, 3);
+  t.is(pool.stats.returned, 4, 'each answered record given back');
+  t.is(pool.stats.doubleReleases, 0);
+  t.true(pool.owns(routed[0]), 'the routed record is still out');
 });
 
 test('calls for 2,000 made-up program numbers are counted under "other": the table stays bounded', async (t) => {

@@ -1,5 +1,6 @@
 import test from 'ava';
 import fc from 'fast-check';
+import { BufferPool } from '../../common/buffer-pool.js';
 import { ConfigError } from '../../common/errors.js';
 import {
   DEFAULT_MAX_FRAGMENTS,
@@ -239,6 +240,67 @@ test('a buffer outgrown by a multi-fragment record is handed to release; the del
   t.true(allocated.length >= 2, 'the buffer grew');
   t.deepEqual(released, allocated.slice(0, -1), 'every buffer but the last, each once');
   t.is(seen[0].buffer, allocated[allocated.length - 1].buffer);
+});
+
+/** A decoder assembling in a real pool (every record copied: `zeroCopy` false), and the pool. */
+function pooledDecoder(options: RecordDecoderOptions = {}): { d: RecordDecoder; pool: BufferPool } {
+  const pool = new BufferPool();
+  const d = new RecordDecoder(() => {}, {
+    allocate: pool.acquire,
+    release: pool.release,
+    zeroCopy: false,
+    ...options,
+  });
+  return { d, pool };
+}
+
+test('a stream that fails mid-record gives its partly assembled buffer back to the pool, once', (t) => {
+  // 8 KiB of a 16 KiB first fragment, then each way the stream can fail with that buffer held.
+  const partial = Buffer.concat([header(16 * 1024, false), Buffer.alloc(8 * 1024, 1)]);
+  const rest = Buffer.alloc(8 * 1024);
+  const failures: [string, RecordDecoderOptions, (d: RecordDecoder) => void][] = [
+    ['ERR_RM_TRUNCATED', {}, (d) => d.end()],
+    [
+      'ERR_RM_TOO_MANY_FRAGMENTS',
+      { maxFragments: 1 },
+      (d) => d.push(Buffer.concat([rest, header(0, false)])),
+    ],
+    [
+      'ERR_RM_RECORD_TOO_LARGE',
+      { maxRecordSize: 64 * 1024 },
+      (d) => d.push(Buffer.concat([rest, header(1 << 20, true)])),
+    ],
+  ];
+  for (const [code, options, fail] of failures) {
+    const { d, pool } = pooledDecoder(options);
+    d.push(partial);
+    t.is(pool.stats.misses, 1, `${code}: one pooled buffer assembling`);
+    expectError(() => fail(d), code);
+    t.is(pool.stats.returned, 1, `${code}: given back`);
+    d.dispose();
+    t.is(pool.stats.returned, 1, `${code}: dispose after the failure releases nothing more`);
+    t.is(pool.stats.doubleReleases, 0);
+  }
+});
+
+test('dispose gives a partial record’s buffer back once and stops the decoder; at a boundary it releases nothing', (t) => {
+  const { d, pool } = pooledDecoder();
+  d.push(Buffer.concat([header(16 * 1024, true), Buffer.alloc(1000)]));
+  d.dispose();
+  d.dispose();
+  t.is(pool.stats.returned, 1);
+  t.is(pool.stats.doubleReleases, 0);
+  t.regex(expectError(() => d.push(Buffer.alloc(4)), 'ERR_RM_FAILED').reason, /has ended/);
+  // A delivered record is the handler's: disposing afterwards must not release it.
+  const kept: Buffer[] = [];
+  const clean = new RecordDecoder((r) => kept.push(r), { allocate: pool.acquire, release: pool.release });
+  const body = Buffer.alloc(16 * 1024, 3);
+  const stream = Buffer.concat([header(body.length, true), body]);
+  clean.push(stream.subarray(0, 100));
+  clean.push(stream.subarray(100));
+  clean.dispose();
+  t.true(pool.owns(kept[0]), 'the delivered record is still out');
+  t.is(pool.stats.returned, 1);
 });
 
 test('bufferedBytes and reservedBytes track the incomplete record and drop to zero after it', (t) => {

@@ -508,6 +508,73 @@ test('pooled reply parts go back to the record pool once written, and at once wh
   await server.close();
 });
 
+/** A call whose record (8 KiB of arguments) is assembled in a buffer of the record pool. */
+const pooledCall = (xid: number) => framedCall(xid, PROG, 1, 0, Buffer.alloc(8 * 1024, xid));
+
+test('records left in the backlog when a connection closes go back to the record pool', async (t) => {
+  const pool = new BufferPool();
+  const h = new HoldingHandler();
+  const { server, port } = await start(h, { recordPool: pool, limits: { maxCallsInFlight: 1 } });
+  const client = await connectRaw(port);
+  client.resume();
+  // One write, one read: the first call is dispatched (and held), the three after it wait in the backlog.
+  client.write(Buffer.concat([framedCall(1, PROG, 1, 0), pooledCall(2), pooledCall(3), pooledCall(4)]));
+  await waitFor(() => h.held.length === 1 && h.held[0].conn.backlogLength === 3, 'three records backlogged');
+  t.is(pool.stats.misses, 3);
+  const { conn, xid } = h.held[0];
+  conn.close('TEST_CLOSE');
+  t.is(pool.stats.returned, 3, 'the dropped backlog is given back');
+  answer(conn, xid);
+  await closed(client);
+  t.is(pool.stats.returned, 3);
+  t.is(pool.stats.doubleReleases, 0);
+  await server.close();
+});
+
+test('records decoded after a connection started closing go back to the record pool', async (t) => {
+  const pool = new BufferPool();
+  const dispatched: Buffer[] = [];
+  const h: FrontendHandler = {
+    onRecord(conn, record) {
+      dispatched.push(record);
+      conn.close('TEST_CLOSE');
+      conn.release();
+    },
+    onClose() {},
+  };
+  const { server, port } = await start(h, { recordPool: pool });
+  const client = await connectRaw(port);
+  client.resume();
+  // The first call closes the connection; the three after it, read in the same chunk, are still decoded.
+  client.write(Buffer.concat([framedCall(1, PROG, 1, 0), pooledCall(2), pooledCall(3), pooledCall(4)]));
+  await closed(client);
+  await waitFor(() => server.stats.connectionsOpen === 0, 'the server to close it');
+  t.is(dispatched.length, 1, 'nothing dispatched after the close');
+  t.is(server.stats.recordsIn, 4, 'all four read in one chunk');
+  t.is(pool.stats.misses + pool.stats.hits, 3);
+  t.is(pool.stats.returned, 3, 'each given back');
+  t.is(pool.stats.doubleReleases, 0);
+  await server.close();
+});
+
+test('a record cut off by a reset goes back to the record pool when the socket closes', async (t) => {
+  const pool = new BufferPool();
+  const h = new HoldingHandler();
+  const { server, port } = await start(h, { recordPool: pool });
+  const client = await connectRaw(port);
+  const call = pooledCall(1);
+  client.write(call.subarray(0, 4 * 1024));
+  await waitFor(() => server.stats.bytesIn === 4 * 1024, 'half the record read');
+  t.is(pool.stats.misses, 1, 'the record is being assembled in the pool');
+  // A reset, not a FIN: no end of stream reaches the decoder, only the socket's close.
+  client.resetAndDestroy();
+  await waitFor(() => server.stats.connectionsOpen === 0, 'the server to see the reset');
+  t.is(h.received, 0);
+  t.is(pool.stats.returned, 1);
+  t.is(pool.stats.doubleReleases, 0);
+  await server.close();
+});
+
 test('notifyWhenFlushed: onWritable once the kernel has taken bytes that no drain will report', async (t) => {
   let writable = 0;
   const h = new HoldingHandler();
