@@ -221,7 +221,12 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     this.unknownReplyBytes = options.unknownReplyBytes ?? DEFAULT_UNKNOWN_REPLY_BYTES;
     this.tickMs = options.tickMs ?? 250;
     this.recordPool = options.recordPool;
-    this.backchannel = new BackchannelRelay(this.sessions, this.stats, options.callbackTimeoutMs);
+    this.backchannel = new BackchannelRelay(
+      this.sessions,
+      this.stats,
+      options.callbackTimeoutMs,
+      options.recordPool?.release,
+    );
     this.records = new CallRecordPool(options.recordPool?.release);
   }
 

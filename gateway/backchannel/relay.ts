@@ -86,6 +86,11 @@ class BackchannelPort implements ResponderHandler {
   onCall(call: InboundCall): void {
     this.relay.onBackwardCall(this.link, call);
   }
+
+  /** A client's answer given to `reply()` has been sent: its record buffer may be reused. */
+  onReplyReleased(message: Buffer): void {
+    this.relay.releaseRecord?.(message);
+  }
 }
 
 export class BackchannelRelay implements ResponderHandler {
@@ -99,6 +104,11 @@ export class BackchannelRelay implements ResponderHandler {
     private readonly sessions: SessionTable,
     private readonly stats: BackchannelStats,
     readonly callbackTimeoutMs = DEFAULT_CALLBACK_TIMEOUT_MS,
+    /**
+     * Gives a client's REPLY record back to the frontend's record pool once nothing references it (the
+     * router's `recordPool.release`); without it a pooled record is left to the garbage collector.
+     */
+    readonly releaseRecord?: (record: Buffer) => void,
   ) {}
 
   /** The responder handler to install on `link`'s connection. */
@@ -172,13 +182,16 @@ export class BackchannelRelay implements ResponderHandler {
     const p = client.callbacks?.get(xid);
     if (p === undefined) {
       this.stats.backchannelRepliesDropped++;
+      this.releaseRecord?.(record);
     } else {
       client.callbacks?.delete(xid);
       if (client.callbacks?.size === 0) this.waiting.delete(client);
       record.writeUInt32BE(p.inbound.xid, 0);
       if (p.link.conn.state === 'closed') {
         this.stats.backchannelRepliesLost++;
+        this.releaseRecord?.(record);
       } else {
+        // Given back by the transport once sent (`onReplyReleased` of this connection's port).
         p.link.conn.reply(p.inbound, record);
         this.stats.backchannelReplies++;
       }

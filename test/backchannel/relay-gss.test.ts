@@ -10,7 +10,7 @@ import { ClientState } from '../../gateway/router/client-state.js';
 import { SessionTable } from '../../gateway/router/sessions.js';
 import { encodeCallHeader } from '../../rpc/message.js';
 import { XdrWriter } from '../../rpc/xdr.js';
-import { cbCompoundGss, cbOp, sessionId } from './nfs41-bytes.js';
+import { cbCompound, cbCompoundGss, cbCompoundReply, cbOp, cbRes, sessionId } from './nfs41-bytes.js';
 
 const SID = Buffer.alloc(16, 0xab);
 
@@ -88,7 +88,9 @@ test('an AUTH_SYS / AUTH_NONE callback gets a fresh per-client XID', (t) => {
  */
 function twoClients(withC = true) {
   const sent = { A: [] as Buffer[], C: [] as Buffer[] };
+  const released: Buffer[] = [];
   const refused: unknown[] = [];
+  const replied: Buffer[] = [];
   const client = (name: 'A' | 'C') =>
     new ClientState({
       sendRecord: (parts: Buffer[]) => sent[name].push(Buffer.from(parts[0])),
@@ -102,7 +104,7 @@ function twoClients(withC = true) {
     conn: {
       state: 'ready',
       replyError: (_c: unknown, e: unknown) => refused.push(e),
-      reply() {},
+      reply: (_c: unknown, m: Buffer) => replied.push(m),
     },
     xids: new Map(),
     backchannels: new Set(),
@@ -110,7 +112,7 @@ function twoClients(withC = true) {
   } as never;
   sessions.bindBack(sessions.learn(sessionId(1), A, link), link);
   if (withC) sessions.bindBack(sessions.learn(sessionId(2), C, link), link);
-  const relay = new BackchannelRelay(sessions, stats);
+  const relay = new BackchannelRelay(sessions, stats, undefined, (b) => released.push(b));
   const port = relay.portFor(link);
   const deliver = (message: Buffer) =>
     port.onCall({
@@ -122,7 +124,7 @@ function twoClients(withC = true) {
       replyChunk: null,
       invHandle: 0,
     } as never);
-  return { sent, refused, deliver, stats };
+  return { sent, refused, replied, released, deliver, stats, relay, port, A };
 }
 
 const recallOps = (sid: Buffer) => [cbOp.sequence(sid), cbOp.recall(Buffer.alloc(12, 1), Buffer.alloc(8, 2))];
@@ -146,4 +148,19 @@ test('a callback under RPCSEC_GSS privacy goes to the only client with a back ch
   t.is(two.sent.A.length + two.sent.C.length, 0, 'two clients: not guessed');
   t.is(two.refused.length, 1);
   t.is(two.stats.backchannelOrphans, 1);
+});
+
+test("a client's REPLY record goes back to the record pool: unmatched at once, relayed once sent", (t) => {
+  const s = twoClients(false);
+  const stray = cbCompoundReply(0x5001, [cbRes.sequence(sessionId(1)), cbRes.recall()]);
+  s.relay.onClientReply(s.A, s.A.conn, stray);
+  t.is(s.stats.backchannelRepliesDropped, 1);
+  t.deepEqual(s.released, [stray], 'an answer matching no callback is released');
+  s.deliver(cbCompound(0x5002, 1, recallOps(sessionId(1))));
+  const answer = cbCompoundReply(s.sent.A[0].readUInt32BE(0), [cbRes.sequence(sessionId(1)), cbRes.recall()]);
+  s.relay.onClientReply(s.A, s.A.conn, answer);
+  t.deepEqual(s.replied, [answer], 'relayed to the server');
+  t.is(s.released.length, 1, 'not while the transport holds it');
+  s.port.onReplyReleased?.(answer);
+  t.deepEqual(s.released, [stray, answer], 'released once the transport is done with it');
 });
