@@ -318,6 +318,7 @@ export class GatewayControlAdapter
           sessions_learned: r.sessionsLearned,
           sessions_destroyed: r.sessionsDestroyed,
           sessions_dropped: r.sessionsDropped,
+          sessions_evicted: r.sessionsEvicted,
           session_moves: r.sessionMoves,
           ulb_unknown: r.ulbUnknown,
           ulb_partial: r.ulbPartial,

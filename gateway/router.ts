@@ -21,7 +21,8 @@
  *   on the RDMA connection the session was created or bound on, so the server's connection binding and
  *   backchannel stay consistent. When that connection is gone the call goes to the least-loaded one and
  *   the session follows it (re-learned). Sessions are forgotten on a successful DESTROY_SESSION or when
- *   their client leaves. Only calls the session parser tagged have their replies inspected.
+ *   their client leaves (unless another client bound them), and beyond a per-client cap. Only calls the
+ *   session parser tagged have their replies inspected.
  * - Backchannel (gateway/backchannel/relay.ts): backward calls on a connection go to the client owning
  *   the session; REPLY records from clients are their answers.
  * - A client that went away: its waiting calls are dropped; replies to its calls in flight are consumed
@@ -124,6 +125,8 @@ export interface RouterStats extends BackchannelStats {
   sessionsDestroyed: number;
   /** Sessions forgotten because their client left. */
   sessionsDropped: number;
+  /** Sessions forgotten because their client held more than `MAX_SESSIONS_PER_CLIENT` (router/sessions.ts). */
+  sessionsEvicted: number;
   /** Session calls sent on another connection because theirs was gone (the session follows). */
   sessionMoves: number;
   /** Times a session call waited for a credit on its own connection while others went first. */
@@ -160,6 +163,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     sessionsLearned: 0,
     sessionsDestroyed: 0,
     sessionsDropped: 0,
+    sessionsEvicted: 0,
     sessionMoves: 0,
     affinityWaits: 0,
     sessions: 0,
@@ -222,8 +226,13 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     this.maxReplyBytes = options.maxReplyBytes ?? DEFAULT_MAX_REPLY_BYTES;
     this.unknownReplyBytes = options.unknownReplyBytes ?? DEFAULT_UNKNOWN_REPLY_BYTES;
     this.tickMs = options.tickMs ?? 250;
-    this.backchannel = new BackchannelRelay(this.sessions, this.stats, options.callbackTimeoutMs);
     this.recordPool = options.recordPool;
+    this.backchannel = new BackchannelRelay(
+      this.sessions,
+      this.stats,
+      options.callbackTimeoutMs,
+      options.recordPool?.release,
+    );
     this.records = new CallRecordPool(options.recordPool?.release);
   }
 
@@ -276,6 +285,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     const s = this.stats;
     s.clients = this.clients.size;
     s.sessions = this.sessions.size;
+    s.sessionsEvicted = this.sessions.evicted;
     s.recordsInUse = this.records.inUse;
     s.recordsCreated = this.records.created;
     return { ...s };
@@ -339,7 +349,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     if (client === undefined || client.closed) return;
     client.closed = true;
     this.clients.delete(client);
-    this.stats.sessionsDropped += this.backchannel.clientGone(client, this.links);
+    this.stats.sessionsDropped += this.backchannel.clientGone(client);
     // Calls not sent yet are simply dropped; those in flight are consumed when their replies come.
     for (let r = client.shift(); r !== null; r = client.shift()) {
       this.stats.queued--;
@@ -648,17 +658,23 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     if (r.sessionOp === SessionOp.DESTROY) {
       const s = this.sessions.find(r.sessionId);
       if (s !== null) {
-        this.backchannel.forget(s, this.links);
+        this.sessions.forget(s);
         this.stats.sessionsDestroyed++;
       }
       return;
     }
-    const known = this.sessions.find(r.sessionId) !== null;
+    const found = this.sessions.find(r.sessionId);
     // Another client may have named it meanwhile (and the router learned it then): it keeps it.
-    if (known && r.sessionOp === SessionOp.SEQUENCE) return;
+    if (found !== null && r.sessionOp === SessionOp.SEQUENCE) return;
+    if (found !== null && r.sessionOp === SessionOp.BIND && outcome === SessionReply.FORE) {
+      // CDFS4_FORE binds this connection to the fore channel only (RFC 8881 §18.34.3): the back channel,
+      // and so the callbacks, stay with the owner. The call itself went on the session's connection.
+      this.sessions.bindFore(found, client);
+      return;
+    }
     const s = this.sessions.learn(r.sessionId, client, link);
-    if (!known) this.stats.sessionsLearned++;
-    if (outcome === SessionReply.BACK && link !== null) link.backchannel = s;
+    if (found === null) this.stats.sessionsLearned++;
+    if (outcome === SessionReply.BACK && link !== null) this.sessions.bindBack(s, link);
   }
 
   /**
@@ -756,7 +772,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
         const link: ConnectionLink = {
           conn,
           xids: new U32Map<CallRecord>(),
-          backchannel: null,
+          backchannels: new Set(),
           offline: this.offline.has(conn),
         };
         this.linkOf.set(conn, link);

@@ -1,9 +1,9 @@
 /**
  * The NFSv4.1 backchannel relay (DESIGN §1 "Backchannel", RFC 8881 §2.10.3.1, RFC 8167): a backward
  * Call arriving on an RDMA connection of the pool goes to the TCP client that owns the session named in
- * its CB_SEQUENCE; CB_NULL and calls without a session go to the client whose session has its
- * backchannel on that connection. The client's Reply goes back on the same RDMA connection with the
- * server's XID.
+ * its CB_SEQUENCE; CB_NULL and calls without a session go to a client with a session whose back channel
+ * is bound to that connection (many may be, RFC 8881 §2.10.3.1). The client's Reply goes back on the
+ * same RDMA connection with the server's XID.
  *
  * - XIDs: a backward call gets an XID chosen per client connection, so callbacks from two RDMA
  *   connections (two servers' XID spaces) can never collide on one client; the server's XID is restored
@@ -24,8 +24,8 @@ import { RpcCallHeader } from '../../rpc/message.js';
 import type { FrontendConnection } from '../../tcp-frontend/server.js';
 import type { ConnectionLink } from '../router/call-record.js';
 import type { ClientState } from '../router/client-state.js';
-import type { Session, SessionTable } from '../router/sessions.js';
-import { SESSIONID_SIZE, sessionOfCallback } from '../ulb/sessions.js';
+import type { SessionTable } from '../router/sessions.js';
+import { CallbackSession, SESSIONID_SIZE, sessionOfCallback } from '../ulb/sessions.js';
 
 /** Backchannel counters, kept in the router's stats object (plain numbers for the admin API). */
 export interface BackchannelStats {
@@ -86,6 +86,11 @@ class BackchannelPort implements ResponderHandler {
   onCall(call: InboundCall): void {
     this.relay.onBackwardCall(this.link, call);
   }
+
+  /** A client's answer given to `reply()` has been sent: its record buffer may be reused. */
+  onReplyReleased(message: Buffer): void {
+    this.relay.releaseRecord?.(message);
+  }
 }
 
 export class BackchannelRelay implements ResponderHandler {
@@ -99,6 +104,11 @@ export class BackchannelRelay implements ResponderHandler {
     private readonly sessions: SessionTable,
     private readonly stats: BackchannelStats,
     readonly callbackTimeoutMs = DEFAULT_CALLBACK_TIMEOUT_MS,
+    /**
+     * Gives a client's REPLY record back to the frontend's record pool once nothing references it (the
+     * router's `recordPool.release`); without it a pooled record is left to the garbage collector.
+     */
+    readonly releaseRecord?: (record: Buffer) => void,
   ) {}
 
   /** The responder handler to install on `link`'s connection. */
@@ -118,18 +128,21 @@ export class BackchannelRelay implements ResponderHandler {
 
   onBackwardCall(link: ConnectionLink, call: InboundCall): void {
     const msg = call.message;
-    let session: Session | null = null;
-    let named = false;
+    let what: CallbackSession = CallbackSession.NONE;
     let gss = false;
     try {
       this.header.decode(msg, 0, msg.length);
       gss = this.header.isGss;
-      named = sessionOfCallback(this.header, msg, this.id);
+      what = sessionOfCallback(this.header, msg, this.id);
     } catch {
-      named = false; // not even an RPC call header: the client will answer GARBAGE_ARGS or nothing
+      // not even an RPC call header: the client will answer GARBAGE_ARGS or nothing
     }
-    session = named ? this.sessions.find(this.id) : link.backchannel;
-    const client = session?.client ?? null;
+    const client =
+      what === CallbackSession.NAMED
+        ? (this.sessions.find(this.id)?.client ?? null)
+        : what === CallbackSession.NONE
+          ? anyBackClient(link)
+          : onlyBackClient(link);
     if (client === null || client.closed) {
       this.stats.backchannelOrphans++;
       link.conn.replyError(call, REFUSED);
@@ -169,13 +182,16 @@ export class BackchannelRelay implements ResponderHandler {
     const p = client.callbacks?.get(xid);
     if (p === undefined) {
       this.stats.backchannelRepliesDropped++;
+      this.releaseRecord?.(record);
     } else {
       client.callbacks?.delete(xid);
       if (client.callbacks?.size === 0) this.waiting.delete(client);
       record.writeUInt32BE(p.inbound.xid, 0);
       if (p.link.conn.state === 'closed') {
         this.stats.backchannelRepliesLost++;
+        this.releaseRecord?.(record);
       } else {
+        // Given back by the transport once sent (`onReplyReleased` of this connection's port).
         p.link.conn.reply(p.inbound, record);
         this.stats.backchannelReplies++;
       }
@@ -183,8 +199,11 @@ export class BackchannelRelay implements ResponderHandler {
     conn.release();
   }
 
-  /** The client left: its relayed callbacks stay unanswered (counted), its sessions are forgotten. */
-  clientGone(client: ClientState, links: readonly ConnectionLink[]): number {
+  /**
+   * The client left: its relayed callbacks stay unanswered (counted); its sessions go to another client
+   * that bound them, or are forgotten (returns how many were).
+   */
+  clientGone(client: ClientState): number {
     this.waiting.delete(client);
     if (client.callbacks !== null) {
       this.stats.backchannelUnanswered += client.callbacks.size;
@@ -192,10 +211,7 @@ export class BackchannelRelay implements ResponderHandler {
       client.callbacks.clear();
     }
     let n = 0;
-    while (client.sessions.length > 0) {
-      this.forget(client.sessions[client.sessions.length - 1], links);
-      n++;
-    }
+    for (const s of client.sessions) n += this.sessions.release(client, s);
     return n;
   }
 
@@ -232,12 +248,30 @@ export class BackchannelRelay implements ResponderHandler {
       if (pending.size === 0) this.waiting.delete(client);
     }
   }
+}
 
-  /** Forgets a session and the backchannel it had on any connection. */
-  forget(s: Session, links: readonly ConnectionLink[]): void {
-    for (let i = 0; i < links.length; i++) if (links[i].backchannel === s) links[i].backchannel = null;
-    this.sessions.forget(s);
+/**
+ * Where a callback naming no session goes (CB_NULL, NFSv4.0-style, not parseable): the client of a
+ * session whose back channel is bound to its connection. CB_NULL carries no session id (RFC 8881 §20.1),
+ * and any of them answers for the connection; the server only probes the path.
+ */
+function anyBackClient(link: ConnectionLink): ClientState | null {
+  for (const s of link.backchannels) if (!s.client.closed) return s.client;
+  return null;
+}
+
+/**
+ * Where a callback whose session cannot be read goes (RPCSEC_GSS privacy): only where there is no
+ * choice, one client with back channels on its connection; with more, any choice would be a guess.
+ */
+function onlyBackClient(link: ConnectionLink): ClientState | null {
+  let only: ClientState | null = null;
+  for (const s of link.backchannels) {
+    if (s.client.closed) continue;
+    if (only !== null && s.client !== only) return null;
+    only = s.client;
   }
+  return only;
 }
 
 const EMPTY = Buffer.alloc(0);

@@ -18,8 +18,12 @@ export interface ConnectionLink {
   readonly conn: RpcRdmaConnection;
   /** Gateway XID (or an RPCSEC_GSS call's own XID) → the call carrying it on this connection. */
   readonly xids: U32Map<CallRecord>;
-  /** The NFSv4.1 session whose backchannel is bound to this connection (CB_NULL and unnamed callbacks). */
-  backchannel: Session | null;
+  /**
+   * The NFSv4.1 sessions whose back channel is bound to this connection, in binding order: many sessions,
+   * of many clients, may share one connection's (RFC 8881 §2.10.3.1). CB_NULL and callbacks naming no
+   * session go to one of them (gateway/backchannel/relay.ts).
+   */
+  readonly backchannels: Set<Session>;
   /** Taken out of rotation by the operator (admin API): no new calls, those in flight finish. */
   offline: boolean;
 }

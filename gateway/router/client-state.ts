@@ -32,8 +32,10 @@ export class ClientState {
    * is the client retransmitting it, answered by the original's reply.
    */
   readonly xids = new U32Map<CallRecord>();
-  /** NFSv4.1 sessions this client created (or bound) through the gateway. */
-  readonly sessions: Session[] = [];
+  /** NFSv4.1 sessions this client owns or bound through the gateway, oldest first (O(1) removal). */
+  readonly sessions = new Set<Session>();
+  /** It went beyond the per-client session cap once (`SessionTable`): logged once, not per session. */
+  sessionCapLogged = false;
   /** Backward calls relayed to this client, by the XID they carry on its connection (created on first use). */
   callbacks: Map<number, PendingCallback> | null = null;
   /** Last backward-call XID used on this connection (starts random, like the router's gateway XIDs). */

@@ -189,19 +189,59 @@ function destroyed(reply: Buffer, p: number, end: number): SessionReply {
   return at === RESULT_HIDDEN && u32(reply, p) === 0 ? SessionReply.FORE : SessionReply.FAILED;
 }
 
+/** What a backward call says about its session (`sessionOfCallback`). */
+export const CallbackSession = {
+  /** Names no session: CB_NULL, an NFSv4.0 callback, or not parseable. */
+  NONE: 0,
+  /** CB_SEQUENCE names one; its id was copied out. */
+  NAMED: 1,
+  /** Its arguments are encrypted (RPCSEC_GSS privacy): which session it names cannot be read. */
+  HIDDEN: 2,
+} as const;
+export type CallbackSession = (typeof CallbackSession)[keyof typeof CallbackSession];
+
+/** rpc_gss_proc_t RPCSEC_GSS_DATA and rpc_gss_service_t values (RFC 2203 §5). */
+const RPCSEC_GSS_DATA = 0;
+const RPC_GSS_SVC_NONE = 1;
+const RPC_GSS_SVC_INTEGRITY = 2;
+
 /**
  * The session of a backward call: a CB_COMPOUND (procedure 1 of the client's callback program, any
  * program number — csa_cb_program is the client's choice) with minorversion ≥ 1 whose first operation is
- * CB_SEQUENCE (RFC 8881 §20.9.3: it must be). Copies the id to `out` and returns true; false for CB_NULL,
- * NFSv4.0 callbacks and anything that does not parse.
+ * CB_SEQUENCE (RFC 8881 §20.9.3: it must be). Copies the id to `out` and returns NAMED; NONE for CB_NULL,
+ * NFSv4.0 callbacks and anything that does not parse; HIDDEN for arguments under RPCSEC_GSS privacy.
+ *
+ * RPCSEC_GSS (RFC 2203 §5.3.2): with service none the arguments are plain; with integrity they sit in
+ * `databody_integ` (its opaque length, then seq_num, then the arguments; the checksum follows), and are
+ * read there; with privacy they are encrypted. The forward path does not read wrapped bodies at all
+ * (`gssPlainBody`): a call there only loses affinity, whereas a callback read at the wrong offset could
+ * be taken for one naming no session and go to the wrong client.
  */
-export function sessionOfCallback(call: RpcCallHeader, msg: Buffer, out: Buffer): boolean {
-  if (call.proc !== CB_COMPOUND) return false;
-  const end = msg.length;
-  const p = afterTag(msg, call.bodyOffset, end);
+export function sessionOfCallback(call: RpcCallHeader, msg: Buffer, out: Buffer): CallbackSession {
+  if (call.proc !== CB_COMPOUND) return CallbackSession.NONE;
+  let start = call.bodyOffset;
+  let end = msg.length;
+  if (call.isGss) {
+    const c = call.cred;
+    if (c.bodyLength < 16) return CallbackSession.HIDDEN; // not a credential we can read
+    // rpc_gss_cred_vers_1_t: version, gss_proc, seq_num, service, handle.
+    if (u32(c.buf, c.bodyStart + 4) !== RPCSEC_GSS_DATA) return CallbackSession.NONE; // no arguments
+    const service = u32(c.buf, c.bodyStart + 12);
+    if (service === RPC_GSS_SVC_INTEGRITY) {
+      if (start + 8 > end) return CallbackSession.NONE;
+      const len = u32(msg, start);
+      if (len < 4 || len > end - start - 4) return CallbackSession.NONE;
+      end = start + 4 + len;
+      start += 8;
+    } else if (service !== RPC_GSS_SVC_NONE) {
+      return CallbackSession.HIDDEN;
+    }
+  }
+  const p = afterTag(msg, start, end);
   // minorversion, callback_ident, argarray count, first argop, csa_sessionid
-  if (p < 0 || p + 16 + SESSIONID_SIZE > end) return false;
-  if (u32(msg, p) < 1 || u32(msg, p + 8) === 0 || u32(msg, p + 12) !== OP_CB_SEQUENCE) return false;
+  if (p < 0 || p + 16 + SESSIONID_SIZE > end) return CallbackSession.NONE;
+  if (u32(msg, p) < 1 || u32(msg, p + 8) === 0 || u32(msg, p + 12) !== OP_CB_SEQUENCE)
+    return CallbackSession.NONE;
   msg.copy(out, 0, p + 16, p + 16 + SESSIONID_SIZE);
-  return true;
+  return CallbackSession.NAMED;
 }

@@ -114,6 +114,24 @@ export function cbCompound(xid: number, minor: number, ops: Buffer[], ident = 0,
   return rpcCall(xid, prog, 1, 1, xdr(opaque(''), minor, ident, ops.length, ...ops));
 }
 
+/**
+ * CB_COMPOUND under RPCSEC_GSS (RFC 2203 §5.3): credential rpc_gss_cred_vers_1_t (version 1,
+ * RPCSEC_GSS_DATA, seq_num, `service`, handle), a verifier of 16 bytes standing for the MIC. Service 1
+ * (none): the arguments as they are; 2 (integrity): `databody_integ` = opaque(seq_num, arguments), then
+ * an opaque checksum of 20 bytes; 3 (privacy): an opaque of bytes standing for the encrypted arguments.
+ */
+export function cbCompoundGss(xid: number, service: 1 | 2 | 3, ops: Buffer[], seq = 9): Buffer {
+  const cred = xdr(1, 0, seq, service, opaque('ctxA'));
+  const args = xdr(opaque(''), 1, 0, ops.length, ...ops);
+  const body =
+    service === 1
+      ? args
+      : service === 2
+        ? xdr(opaque(xdr(seq, args)), opaque(Buffer.alloc(20, 9)))
+        : xdr(opaque(Buffer.alloc(args.length + 16, 0x5a)));
+  return xdr(xid, 0, 2, CB_PROGRAM, 1, 1, 6, opaque(cred), 6, opaque(Buffer.alloc(16, 7)), body);
+}
+
 /** CB_NULL (procedure 0). */
 export function cbNull(xid: number, prog = CB_PROGRAM): Buffer {
   return rpcCall(xid, prog, 1, 0, Buffer.alloc(0));

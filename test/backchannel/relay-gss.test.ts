@@ -10,6 +10,7 @@ import { ClientState } from '../../gateway/router/client-state.js';
 import { SessionTable } from '../../gateway/router/sessions.js';
 import { encodeCallHeader } from '../../rpc/message.js';
 import { XdrWriter } from '../../rpc/xdr.js';
+import { cbCompound, cbCompoundGss, cbCompoundReply, cbOp, cbRes, sessionId } from './nfs41-bytes.js';
 
 const SID = Buffer.alloc(16, 0xab);
 
@@ -44,7 +45,7 @@ function setup() {
   const link = {
     conn: { state: 'ready', replyError: (_c: unknown, e: unknown) => refused.push(e), reply() {} },
     xids: new Map(),
-    backchannel: null,
+    backchannels: new Set(),
     offline: false,
   } as never;
   sessions.learn(SID, client, link);
@@ -79,4 +80,87 @@ test('an AUTH_SYS / AUTH_NONE callback gets a fresh per-client XID', (t) => {
   s.deliver(callback(0x11223344, 0, Buffer.alloc(0)));
   t.is(s.sent.length, 1);
   t.not(s.sent[0].readUInt32BE(0), 0x11223344);
+});
+
+/**
+ * Two clients, A and C, each with a session whose back channel is on one connection (RFC 8881 §2.10.3.1),
+ * or A alone; callbacks under RPCSEC_GSS integrity and privacy (RFC 2203 §5.3.2).
+ */
+function twoClients(withC = true) {
+  const sent = { A: [] as Buffer[], C: [] as Buffer[] };
+  const released: Buffer[] = [];
+  const refused: unknown[] = [];
+  const replied: Buffer[] = [];
+  const client = (name: 'A' | 'C') =>
+    new ClientState({
+      sendRecord: (parts: Buffer[]) => sent[name].push(Buffer.from(parts[0])),
+      release() {},
+    } as never) as ClientStateType;
+  const A = client('A');
+  const C = client('C');
+  const sessions = new SessionTable();
+  const stats = createBackchannelStats();
+  const link = {
+    conn: {
+      state: 'ready',
+      replyError: (_c: unknown, e: unknown) => refused.push(e),
+      reply: (_c: unknown, m: Buffer) => replied.push(m),
+    },
+    xids: new Map(),
+    backchannels: new Set(),
+    offline: false,
+  } as never;
+  sessions.bindBack(sessions.learn(sessionId(1), A, link), link);
+  if (withC) sessions.bindBack(sessions.learn(sessionId(2), C, link), link);
+  const relay = new BackchannelRelay(sessions, stats, undefined, (b) => released.push(b));
+  const port = relay.portFor(link);
+  const deliver = (message: Buffer) =>
+    port.onCall({
+      xid: message.readUInt32BE(0),
+      version: 1,
+      message,
+      backward: true,
+      writeChunks: [],
+      replyChunk: null,
+      invHandle: 0,
+    } as never);
+  return { sent, refused, replied, released, deliver, stats, relay, port, A };
+}
+
+const recallOps = (sid: Buffer) => [cbOp.sequence(sid), cbOp.recall(Buffer.alloc(12, 1), Buffer.alloc(8, 2))];
+
+test('a callback under RPCSEC_GSS integrity reaches the owner of the session inside databody_integ', (t) => {
+  const s = twoClients();
+  s.deliver(cbCompoundGss(0x3001, 2, recallOps(sessionId(1))));
+  t.is(s.sent.A.length, 1, "A's session: A");
+  t.is(s.sent.C.length, 0, 'not C, whose back channel shares the connection');
+  s.deliver(cbCompoundGss(0x3002, 2, recallOps(sessionId(2))));
+  t.is(s.sent.C.length, 1, "C's session: C");
+  t.is(s.stats.backchannelOrphans, 0);
+});
+
+test('a callback under RPCSEC_GSS privacy goes to the only client with a back channel there, else is refused', (t) => {
+  const one = twoClients(false);
+  one.deliver(cbCompoundGss(0x4001, 3, recallOps(sessionId(1))));
+  t.is(one.sent.A.length, 1, 'one client: no choice to make');
+  const two = twoClients();
+  two.deliver(cbCompoundGss(0x4002, 3, recallOps(sessionId(1))));
+  t.is(two.sent.A.length + two.sent.C.length, 0, 'two clients: not guessed');
+  t.is(two.refused.length, 1);
+  t.is(two.stats.backchannelOrphans, 1);
+});
+
+test("a client's REPLY record goes back to the record pool: unmatched at once, relayed once sent", (t) => {
+  const s = twoClients(false);
+  const stray = cbCompoundReply(0x5001, [cbRes.sequence(sessionId(1)), cbRes.recall()]);
+  s.relay.onClientReply(s.A, s.A.conn, stray);
+  t.is(s.stats.backchannelRepliesDropped, 1);
+  t.deepEqual(s.released, [stray], 'an answer matching no callback is released');
+  s.deliver(cbCompound(0x5002, 1, recallOps(sessionId(1))));
+  const answer = cbCompoundReply(s.sent.A[0].readUInt32BE(0), [cbRes.sequence(sessionId(1)), cbRes.recall()]);
+  s.relay.onClientReply(s.A, s.A.conn, answer);
+  t.deepEqual(s.replied, [answer], 'relayed to the server');
+  t.is(s.released.length, 1, 'not while the transport holds it');
+  s.port.onReplyReleased?.(answer);
+  t.deepEqual(s.released, [stray, answer], 'released once the transport is done with it');
 });

@@ -46,6 +46,8 @@ class ScriptedServer {
   readonly cbReplies: { socket: number; xid: number; record: Buffer }[] = [];
   /** Whether CREATE_SESSION n (1-based) grants the backchannel on its connection. */
   backChannelFor = (_n: number) => true;
+  /** bctsr_dir of BIND_CONN_TO_SESSION replies (CDFS4_FORE 1, CDFS4_BACK 2, CDFS4_BOTH 3). */
+  bindDir = 3;
   destroyed: string[] = [];
 
   async start(): Promise<void> {
@@ -73,6 +75,10 @@ class ScriptedServer {
       this.createdOn.set(sid.toString('hex'), index);
       this.boundTo.set(sid.toString('hex'), new Set([index]));
       reply = compoundReply(xid, 0, [res.createSession(sid, this.backChannelFor(n) ? 0x2 : 0)]);
+    } else if (first === 41) {
+      const sid = r.subarray(FIRST_OP + 4, FIRST_OP + 20);
+      this.boundTo.get(sid.toString('hex'))?.add(index);
+      reply = compoundReply(xid, 0, [res.bindConnToSession(sid, this.bindDir)]);
     } else if (first === 53 || first === 44) {
       reply = this.evaluate(index, xid, r);
     } else {
@@ -225,6 +231,11 @@ async function chain(
   const g = await startGateway({ config, backoff: { initialMs: 50, maxMs: 500 }, ...o });
   await waitFor(() => g.pool.snapshot().ready === 3, 'three ready RDMA connections');
   return { g, up, port: g.addresses[0].port };
+}
+
+/** Takes every RDMA connection but the first out of rotation: all clients' calls share that one. */
+function oneConnection(g: Gateway): void {
+  for (const c of g.pool.connections().slice(1)) g.router.setOffline(c, true);
 }
 
 async function stop(g: Gateway, up: ScriptedServer, clients: ScriptedClient[]): Promise<void> {
@@ -515,6 +526,83 @@ test.serial(
       t.is(g.router.snapshot().backchannelReplies, 1);
     } finally {
       await stop(g, up, [d]);
+    }
+  },
+);
+
+test.serial(
+  'many sessions share one connection’s back channel (RFC 8881 §2.10.3.1): CB_NULL reaches a live one until none is left',
+  async (t) => {
+    const { g, up, port } = await chain();
+    oneConnection(g);
+    const a = await ScriptedClient.connect(port);
+    const b = await ScriptedClient.connect(port);
+    const c = await ScriptedClient.connect(port);
+    try {
+      const sa = await a.createSession(0x11n);
+      const sb = await b.createSession(0x22n);
+      const on = up.socketOf(sa);
+      t.is(up.socketOf(sb), on, 'both sessions on the one connection in rotation');
+      up.send(on, cbNull(0xc0000001));
+      await waitFor(() => up.cbReplies.length === 1, 'the first CB_NULL answered');
+      const first = a.callbacks.length;
+      // b (the last to bind its back channel there) destroys its session: a's is still bound there.
+      await b.call((x) => compoundCall(x, 1, [op.sequence(sb, 2), op.destroySession(sb)]));
+      t.is(g.router.snapshot().sessionsDestroyed, 1);
+      up.send(on, cbNull(0xc0000002));
+      await waitFor(() => up.cbReplies.length === 2, 'CB_NULL answered after b destroyed its session');
+      t.is(a.callbacks.length, first + 1, 'a got it');
+      // c binds there too and its TCP connection closes: a's session is still there.
+      const sc = await c.createSession(0x33n);
+      t.is(up.socketOf(sc), on);
+      c.socket.destroy();
+      await waitFor(() => g.router.snapshot().sessionsDropped === 1, "c's session forgotten with c");
+      const before = a.callbacks.length;
+      up.send(on, cbNull(0xc0000003));
+      await waitFor(() => up.cbReplies.length === 3, 'CB_NULL answered after c left');
+      t.is(a.callbacks.length, before + 1, 'a got it');
+      t.is(g.router.snapshot().backchannelOrphans, 0);
+      // a leaves too: nobody has a back channel there any more, and only now is CB_NULL refused.
+      a.socket.destroy();
+      await waitFor(() => g.router.snapshot().sessionsDropped === 2, "a's session forgotten with a");
+      up.send(on, cbNull(0xc0000004));
+      await waitFor(() => g.router.snapshot().backchannelOrphans === 1, 'the orphan counted');
+      t.is(up.cbReplies.length, 3);
+    } finally {
+      await stop(g, up, [a, b, c]);
+    }
+  },
+);
+
+test.serial(
+  'BIND_CONN_TO_SESSION answered CDFS4_FORE binds the fore channel only (RFC 8881 §18.34.3): callbacks stay with the owner',
+  async (t) => {
+    const { g, up, port } = await chain();
+    const a = await ScriptedClient.connect(port);
+    const a2 = await ScriptedClient.connect(port);
+    try {
+      const s = await a.createSession(0x44n);
+      a2.sid = s;
+      up.bindDir = 1; // CDFS4_FORE
+      const [r] = await a2.call((x) => compoundCall(x, 1, [op.bindConnToSession(s, 1 /* CDFC4_FORE */)]));
+      t.is(r.readUInt32BE(24), 0, 'BIND_CONN_TO_SESSION succeeded');
+      const recall = (xid: number) =>
+        cbCompound(xid, 1, [cbOp.sequence(s), cbOp.recall(Buffer.alloc(12, 4), Buffer.alloc(8, 4))]);
+      up.send(up.socketOf(s), recall(0xb1000001));
+      await waitFor(() => up.cbReplies.length === 1, 'the recall answered');
+      t.is(a.callbacks.length, 1, 'the owner, whose back channel it is, got the recall');
+      t.is(a2.callbacks.length, 0, 'not the client that bound the fore channel');
+      // The owner leaves: the session is not forgotten while a client that bound it is still there.
+      a.socket.destroy();
+      await waitFor(() => g.router.snapshot().clients === 1, 'a gone');
+      t.is(g.router.snapshot().sessions, 1);
+      t.is(g.router.snapshot().sessionsDropped, 0);
+      up.send(up.socketOf(s), recall(0xb1000002));
+      await waitFor(() => up.cbReplies.length === 2, 'the second recall answered');
+      t.is(a2.callbacks.length, 1, 'handed to the client that bound it');
+      t.is(g.router.snapshot().backchannelOrphans, 0);
+    } finally {
+      await stop(g, up, [a, a2]);
     }
   },
 );

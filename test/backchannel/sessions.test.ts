@@ -5,8 +5,9 @@
 import test from 'ava';
 import fc from 'fast-check';
 import type { ClientState } from '../../gateway/router/client-state.js';
-import { SessionTable } from '../../gateway/router/sessions.js';
+import { MAX_SESSIONS_PER_CLIENT, SessionTable } from '../../gateway/router/sessions.js';
 import {
+  CallbackSession,
   SessionOp,
   SessionReply,
   sessionOfCallback,
@@ -16,6 +17,7 @@ import {
 import { RpcCallHeader } from '../../rpc/message.js';
 import {
   cbCompound,
+  cbCompoundGss,
   cbNull,
   cbOp,
   compoundCall,
@@ -235,12 +237,34 @@ test('hand-made: CB_COMPOUND with CB_SEQUENCE names its session; CB_NULL and 4.0
     cbOp.sequence(sid),
     cbOp.recall(Buffer.alloc(12, 0xab), Buffer.alloc(28, 1)),
   ]);
-  t.true(sessionOfCallback(header.decode(recall), recall, out));
+  t.is(sessionOfCallback(header.decode(recall), recall, out), CallbackSession.NAMED);
   t.deepEqual(out, sid);
   const nul = cbNull(2);
-  t.false(sessionOfCallback(header.decode(nul), nul, out));
+  t.is(sessionOfCallback(header.decode(nul), nul, out), CallbackSession.NONE);
   const v40 = cbCompound(3, 0, [cbOp.recall(Buffer.alloc(12), Buffer.alloc(8))]);
-  t.false(sessionOfCallback(header.decode(v40), v40, out));
+  t.is(sessionOfCallback(header.decode(v40), v40, out), CallbackSession.NONE);
+});
+
+test('hand-made: RPCSEC_GSS callbacks (RFC 2203 §5.3.2): the session is read inside databody_integ; under privacy it is hidden', (t) => {
+  const sid = sessionId(6);
+  const ops = [cbOp.sequence(sid), cbOp.recall(Buffer.alloc(12, 0xab), Buffer.alloc(28, 1))];
+  for (const service of [1, 2] as const) {
+    const out = Buffer.alloc(16);
+    const msg = cbCompoundGss(10 + service, service, ops);
+    t.is(sessionOfCallback(header.decode(msg), msg, out), CallbackSession.NAMED, `service ${service}`);
+    t.deepEqual(out, sid, `service ${service}: the id CB_SEQUENCE names`);
+  }
+  const priv = cbCompoundGss(13, 3, ops);
+  t.is(sessionOfCallback(header.decode(priv), priv, Buffer.alloc(16)), CallbackSession.HIDDEN);
+  // databody_integ's length beyond the message: nothing read from outside it.
+  const integ = cbCompoundGss(14, 2, ops);
+  const at = header.decode(integ).bodyOffset;
+  integ.writeUInt32BE(integ.length, at);
+  t.is(sessionOfCallback(header.decode(integ), integ, Buffer.alloc(16)), CallbackSession.NONE);
+  // The same arguments cut inside databody_integ: its length bounds the parse, not the message's end.
+  const short = cbCompoundGss(15, 2, ops);
+  short.writeUInt32BE(4 + 4 + 4 + 4 + 4 + 8, at); // seq_num, tag, minor, ident, count, CB_SEQUENCE cut
+  t.is(sessionOfCallback(header.decode(short), short, Buffer.alloc(16)), CallbackSession.NONE);
 });
 
 test('truncated and mutated session messages never throw (fast-check, fixed seed)', (t) => {
@@ -252,6 +276,7 @@ test('truncated and mutated session messages never throw (fast-check, fixed seed
     compoundCall(2, 1, [op.bindConnToSession(sid)]),
     compoundCall(3, 1, [op.createSession(5n)]),
     cbCompound(4, 1, [cbOp.sequence(sid), cbOp.recall(Buffer.alloc(12), Buffer.alloc(8))]),
+    cbCompoundGss(8, 2, [cbOp.sequence(sid), cbOp.recall(Buffer.alloc(12), Buffer.alloc(8))]),
     compoundCall(5, 1, [op.sequence(sid), op.putfh(fh), op.getattrType(), op.destroySession(sid)]),
     compoundCall(6, 1, [op.sequence(sid), op.open(5n, 'f'), op.destroySession(other), op.lookup('x')]),
     compoundCall(7, 1, [op.sequence(sid), op.lockt(5n), op.destroySession(other)]),
@@ -304,10 +329,20 @@ test('truncated and mutated session messages never throw (fast-check, fixed seed
   t.true(destroyed > 150, `DESTROY_SESSION succeeded ${destroyed} times`);
 });
 
+/** A stand-in client for the session table: its sessions, whether it left, and a log. */
+function fakeClient(warned: unknown[] = []): ClientState {
+  return {
+    sessions: new Set(),
+    closed: false,
+    sessionCapLogged: false,
+    conn: { log: { warn: (o: unknown) => warned.push(o) } },
+  } as unknown as ClientState;
+}
+
 test('session table: find by id, collisions chained, change of owner, forget', (t) => {
-  const table = new SessionTable();
-  const c1 = { sessions: [] } as unknown as ClientState;
-  const c2 = { sessions: [] } as unknown as ClientState;
+  const table = new SessionTable(1000);
+  const c1 = fakeClient();
+  const c2 = fakeClient();
   const ids = Array.from({ length: 200 }, (_, i) => sessionId(i));
   for (const id of ids) table.learn(id, c1, null);
   t.is(table.size, 200);
@@ -315,11 +350,12 @@ test('session table: find by id, collisions chained, change of owner, forget', (
   t.is(table.find(sessionId(999)), null);
   const s = table.learn(ids[5], c2, null);
   t.is(s.client, c2);
-  t.is(c1.sessions.length, 199);
-  t.deepEqual(c2.sessions, [s]);
+  t.is(c1.sessions.size, 200, 'the previous owner stays a binder');
+  t.deepEqual([...c2.sessions], [s]);
   table.forget(s);
   t.is(table.find(ids[5]), null);
-  t.is(c2.sessions.length, 0);
+  t.is(c2.sessions.size, 0);
+  t.is(c1.sessions.size, 199);
   t.is(table.size, 199);
   // Ids differing in one byte are told apart (the byte comparison decides, not the hash).
   const x = Buffer.alloc(16);
@@ -329,4 +365,51 @@ test('session table: find by id, collisions chained, change of owner, forget', (
   table.learn(y, c2, null);
   t.is(table.find(x)?.client, c1);
   t.is(table.find(y)?.client, c2);
+});
+
+test('session table: a client holds at most MAX_SESSIONS_PER_CLIENT; the oldest goes first, logged once', (t) => {
+  const table = new SessionTable();
+  const warned: unknown[] = [];
+  const c = fakeClient(warned);
+  const n = MAX_SESSIONS_PER_CLIENT + 10;
+  for (let i = 0; i < n; i++) table.learn(sessionId(i), c, null);
+  t.is(c.sessions.size, MAX_SESSIONS_PER_CLIENT);
+  t.is(table.size, MAX_SESSIONS_PER_CLIENT);
+  t.is(table.evicted, 10);
+  for (let i = 0; i < 10; i++)
+    t.is(table.find(sessionId(i)), null, `session ${i} (among the oldest) forgotten`);
+  t.is(table.find(sessionId(n - 1))?.client, c, 'the newest kept');
+  t.is(warned.length, 1, 'one warning per client, not one per session');
+});
+
+test('session table: a client leaving releases its sessions in linear time (Set, not indexOf)', (t) => {
+  // A client's sessions are removed one by one when it leaves; with an array searched from the front
+  // and emptied from the back that was quadratic. Counting comparisons rather than timing: every
+  // removal touches the client's collection once.
+  const table = new SessionTable(Number.MAX_SAFE_INTEGER);
+  const c = fakeClient();
+  const n = 2000;
+  for (let i = 0; i < n; i++) table.learn(sessionId(i), c, null);
+  t.true(c.sessions instanceof Set, "the client's sessions are a Set (O(1) removal)");
+  let forgotten = 0;
+  for (const s of c.sessions) forgotten += table.release(c, s);
+  t.is(forgotten, n);
+  t.is(table.size, 0);
+  t.is(c.sessions.size, 0);
+});
+
+test('session table: a FORE-only binder keeps the session alive after its owner leaves', (t) => {
+  const table = new SessionTable();
+  const owner = fakeClient();
+  const binder = fakeClient();
+  const s = table.learn(sessionId(1), owner, null);
+  table.bindFore(s, binder);
+  t.is(s.client, owner, 'CDFS4_FORE does not change the owner (RFC 8881 §18.34.3)');
+  owner.closed = true;
+  t.is(table.release(owner, s), 0, 'not forgotten');
+  t.is(s.client, binder);
+  t.is(table.find(sessionId(1)), s);
+  binder.closed = true;
+  t.is(table.release(binder, s), 1, 'forgotten with its last client');
+  t.is(table.size, 0);
 });
