@@ -303,7 +303,14 @@ export const Config = Type.Record(Type.String(), Type.Unknown(), {
   description: 'Effective configuration in file syntax; secrets are shown as ***',
 });
 
-export const IdParams = Type.Object({ id: Type.Integer({ minimum: 0 }) });
+/**
+ * A slot or client id in the path: decimal digits, nothing else. The path is text that the validator
+ * coerces, and coerced as an integer ' ', '0x1', '+1' or '1e0' named a slot (a script whose id variable
+ * was blank took slot 0 out of rotation). Routes read it with `Number()`.
+ */
+export const IdParams = Type.Object({
+  id: Type.String({ pattern: '^(0|[1-9][0-9]{0,14})$', description: 'a decimal id' }),
+});
 
 export const PeerPropertyRequest = Type.Object(
   {

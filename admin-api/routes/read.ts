@@ -153,7 +153,7 @@ export function registerReadRoutes(app: FastifyInstance, ctx: AdminContext): voi
     async () => ({ upstreams: control.upstreams() }),
   );
 
-  app.get<{ Params: { id: number } }>(
+  app.get<{ Params: { id: string } }>(
     '/v1/upstreams/:id',
     {
       schema: {
@@ -164,11 +164,9 @@ export function registerReadRoutes(app: FastifyInstance, ctx: AdminContext): voi
       },
     },
     async (request, reply) => {
-      const u = control.upstreams().find((x) => x.id === request.params.id);
-      if (!u)
-        return reply
-          .code(404)
-          .send({ code: 'ERR_ADMIN_NOT_FOUND', message: `no upstream ${request.params.id}` });
+      const id = Number(request.params.id);
+      const u = control.upstreams().find((x) => x.id === id);
+      if (!u) return reply.code(404).send({ code: 'ERR_ADMIN_NOT_FOUND', message: `no upstream ${id}` });
       return u;
     },
   );

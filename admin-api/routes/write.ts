@@ -86,7 +86,8 @@ export function registerProcessWriteRoutes(app: FastifyInstance, control: Proces
       },
     },
     async (request) => {
-      audit(request, 'set log level', { level: request.body.level });
+      // Not `level`: that is the log line's own severity field (pino), which a second key would replace.
+      audit(request, 'set log level', { newLevel: request.body.level });
       control.setLogLevel(request.body.level);
       return { level: control.logLevel() };
     },
@@ -149,7 +150,7 @@ export function registerWriteRoutes(app: FastifyInstance, ctx: AdminContext): vo
   );
 
   for (const action of ['offline', 'online', 'reconnect'] as const satisfies readonly UpstreamAction[]) {
-    app.post<{ Params: { id: number } }>(
+    app.post<{ Params: { id: string } }>(
       `/v1/upstreams/:id/${action}`,
       {
         config: write,
@@ -167,13 +168,14 @@ export function registerWriteRoutes(app: FastifyInstance, ctx: AdminContext): vo
         },
       },
       async (request) => {
-        audit(request, `upstream ${action}`, { upstream: request.params.id });
-        return control.upstreamAction(request.params.id, action);
+        const id = Number(request.params.id);
+        audit(request, `upstream ${action}`, { upstream: id });
+        return control.upstreamAction(id, action);
       },
     );
   }
 
-  app.post<{ Params: { id: number }; Body: Static<typeof CloseClientBody> | undefined }>(
+  app.post<{ Params: { id: string }; Body: Static<typeof CloseClientBody> | undefined }>(
     '/v1/clients/:id/close',
     {
       config: write,
@@ -192,11 +194,10 @@ export function registerWriteRoutes(app: FastifyInstance, ctx: AdminContext): vo
     },
     async (request, reply) => {
       const reason = request.body?.reason ?? 'closed by the admin API';
-      audit(request, 'close client', { client: request.params.id, reason });
-      if (!control.closeClient(request.params.id, reason)) {
-        return reply
-          .code(404)
-          .send({ code: 'ERR_ADMIN_NOT_FOUND', message: `no client ${request.params.id}` });
+      const id = Number(request.params.id);
+      audit(request, 'close client', { client: id, reason });
+      if (!control.closeClient(id, reason)) {
+        return reply.code(404).send({ code: 'ERR_ADMIN_NOT_FOUND', message: `no client ${id}` });
       }
       return { status: 'ok' as const };
     },

@@ -197,6 +197,10 @@ test('every route answers with a body that matches its documented schema', async
     t.true(
       h.lines.some((l) => l.action === 'drain' && l.remote === '127.0.0.1' && l.component === 'admin-api'),
     );
+    // The new log level is a field of its own: `level` is the audit line's own severity.
+    const levelLine = h.lines.find((l) => l.action === 'set log level');
+    t.like(levelLine, { newLevel: 'debug' });
+    t.not(levelLine?.level, 'debug');
   } finally {
     await h.api.close();
   }
@@ -507,6 +511,17 @@ test('errors: validation 400, unknown ids 404, control errors mapped, unknown ro
     t.is(r.json.code, 'ERR_CONTROL_NOT_FOUND');
     t.is((await call(h, 'GET', '/v1/upstreams/9')).status, 404);
     t.is((await call(h, 'GET', '/v1/upstreams/x')).status, 400);
+    // An id is decimal digits: what a coercing validator would read as a number is refused, and nothing
+    // happens (a blank id once took slot 0 out of rotation).
+    for (const id of ['%20', '%09', '0x1', '+1', '1e0', '01', '-0', '1.0']) {
+      t.is((await call(h, 'GET', `/v1/upstreams/${id}`)).status, 400, `GET upstream ${id}`);
+      t.is((await call(h, 'POST', `/v1/upstreams/${id}/offline`)).status, 400, `offline ${id}`);
+      t.is((await call(h, 'POST', `/v1/clients/${id}/close`)).status, 400, `close ${id}`);
+    }
+    t.false(
+      h.control.actions.some((a) => a.startsWith('offline') || a.startsWith('close')),
+      h.control.actions.join(', '),
+    );
     t.is((await call(h, 'POST', '/v1/upstreams/9/reconnect')).status, 404);
     t.is((await call(h, 'POST', '/v1/clients/99/close')).status, 404);
     t.is((await call(h, 'PUT', '/v1/log-level', { body: { level: 'loud' } })).status, 400);
