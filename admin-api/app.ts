@@ -25,7 +25,7 @@ import Fastify, {
 import type { Logger } from 'pino';
 import { GatewayError } from '../common/errors.js';
 import { checkAdminAccess } from './access-rules.js';
-import { BearerAuth, isLoopbackHost } from './auth.js';
+import { BearerAuth, isLoopbackHost, isLoopbackHostHeader } from './auth.js';
 import type { GatewayControl, ProcessControl, ResponderControl } from './control.js';
 import { AdminError, httpStatusOf } from './errors.js';
 import { ProcessMetrics } from './metrics.js';
@@ -156,9 +156,22 @@ export async function createAdminApi(options: AdminApiOptions): Promise<AdminApi
   const startedAt = new Date(processControl.serverInfo().startedAt);
   const processMetrics = new ProcessMetrics();
 
+  const loopbackOnly = isLoopbackHost(host);
   app.addHook('onRequest', async (request, reply) => {
     const access = request.routeOptions.config.access ?? 'read';
     if (access === 'public') return;
+    if (loopbackOnly && !isLoopbackHostHeader(request.headers.host)) {
+      // Listening on loopback, the API is for this host's own tools, which name it by a loopback name.
+      // Another name means a browser led there by DNS rebinding: its page must not read the clients,
+      // the configuration or the metrics (nor write, which the Origin check below also refuses).
+      request.log.warn({ remote: request.ip, host: request.headers.host }, 'admin API: foreign Host refused');
+      return refuse(
+        reply,
+        421,
+        'ERR_ADMIN_MISDIRECTED',
+        'this admin API listens on loopback and answers only requests naming a loopback host',
+      );
+    }
     if (access === 'write' && request.headers.origin !== undefined) {
       // Browsers send Origin with every POST; the API's clients (curl, the CLI, probes) do not. Refusing it
       // keeps a web page open on this host (or one rebinding a name to 127.0.0.1) from driving writes,

@@ -41,3 +41,16 @@ export function isLoopbackHost(host: string): boolean {
   const h = host.replace(/^\[|\]$/g, '').toLowerCase();
   return h === 'localhost' || h === '::1' || /^(::ffff:)?127\.\d+\.\d+\.\d+$/.test(h);
 }
+
+/**
+ * Whether an HTTP `Host` header (`name[:port]`, `[v6]:port`) names this host by a loopback name or
+ * address. An API that listens on loopback only answers those: a web page whose name was rebound to
+ * 127.0.0.1 (DNS rebinding) reaches the port, but its requests still carry its own name.
+ */
+export function isLoopbackHostHeader(header: string | undefined): boolean {
+  if (header === undefined) return false;
+  const name = header.startsWith('[')
+    ? header.slice(0, header.indexOf(']') + 1)
+    : header.replace(/:\d*$/, '');
+  return isLoopbackHost(name);
+}

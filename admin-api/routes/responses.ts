@@ -8,6 +8,7 @@ const ERROR_TEXT: Record<number, string> = {
   403: 'Wrong bearer token, or write endpoints disabled',
   404: 'No such resource',
   409: 'Conflicts with the current state',
+  421: 'Listening on loopback, the API answers only requests whose Host names a loopback host',
   500: 'Internal error',
   501: 'Not supported by this gateway',
   503: 'Not ready',
@@ -20,7 +21,7 @@ export function responses(ok: TSchema, okStatus = 200, errors: number[] = []): R
   return out;
 }
 
-/** The errors every write route may answer before it runs (authentication, validation). */
-export const WRITE_ERRORS = [400, 401, 403];
-/** The errors of a read route (401/403 only matter with `protectReads`). */
-export const READ_ERRORS = [401, 403];
+/** The errors every write route may answer before it runs (authentication, validation, Host). */
+export const WRITE_ERRORS = [400, 401, 403, 421];
+/** The errors of a read route (401/403 only matter with `protectReads`, 421 on a loopback listener). */
+export const READ_ERRORS = [401, 403, 421];

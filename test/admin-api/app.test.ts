@@ -206,6 +206,49 @@ test('every route answers with a body that matches its documented schema', async
   }
 });
 
+test('on loopback, a request whose Host is not a loopback name is refused (DNS rebinding); beyond loopback any Host is served', async (t) => {
+  const h = await start();
+  try {
+    const port = new URL(h.url).port;
+    for (const host of ['rebound.attacker.example', `rebound.attacker.example:${port}`, '10.0.0.1', '']) {
+      const read = await call(h, 'GET', '/v1/clients', { headers: { ...AUTH, host } });
+      t.is(read.status, 421, `GET with Host ${host}`);
+      t.is(read.json.code, 'ERR_ADMIN_MISDIRECTED');
+      t.is((await call(h, 'GET', '/metrics', { headers: { ...AUTH, host } })).status, 421);
+      t.is((await call(h, 'POST', '/v1/drain', { headers: { ...AUTH, host } })).status, 421);
+    }
+    t.false(h.control.actions.includes('drain'), 'nothing happened');
+    t.is(
+      (await call(h, 'GET', '/livez', { headers: { host: 'rebound.attacker.example' } })).status,
+      200,
+      'probes are public',
+    );
+    for (const host of [
+      `localhost:${port}`,
+      `127.0.0.1:${port}`,
+      '127.0.0.1',
+      `[::1]:${port}`,
+      'LOCALHOST',
+    ]) {
+      t.is((await call(h, 'GET', '/v1/clients', { headers: { ...AUTH, host } })).status, 200, `Host ${host}`);
+    }
+    t.true(
+      h.lines.some(
+        (l) => l.host === 'rebound.attacker.example' && l.msg === 'admin API: foreign Host refused',
+      ),
+    );
+  } finally {
+    await h.api.close();
+  }
+  const wide = await start({ host: '0.0.0.0', protectReads: true });
+  try {
+    const r = await call(wide, 'GET', '/v1/clients', { headers: { ...AUTH, host: 'gateway.example:9249' } });
+    t.is(r.status, 200, 'a listener beyond loopback is reached by names the API cannot know');
+  } finally {
+    await wide.api.close();
+  }
+});
+
 test('every write route: 401 without a token, 403 with a wrong one, and nothing happens', async (t) => {
   const h = await start();
   try {
