@@ -137,10 +137,14 @@ export class BackchannelRelay implements ResponderHandler {
     } catch {
       // not even an RPC call header: the client will answer GARBAGE_ARGS or nothing
     }
+    // An RPCSEC_GSS callback is under a context one client created for the server's use (RFC 8881
+    // §2.10.8.3: the handles of CREATE_SESSION's and BACKCHANNEL_CTL's csa_sec_parms), which the gateway
+    // does not map: one naming no session goes only where the connection leaves no choice, like one
+    // whose session is hidden.
     const client =
       what === CallbackSession.NAMED
         ? (this.sessions.find(this.id)?.client ?? null)
-        : what === CallbackSession.NONE
+        : what === CallbackSession.NONE && !gss
           ? anyBackClient(link)
           : onlyBackClient(link);
     if (client === null || client.closed) {

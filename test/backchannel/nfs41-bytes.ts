@@ -132,6 +132,12 @@ export function cbCompoundGss(xid: number, service: 1 | 2 | 3, ops: Buffer[], se
   return xdr(xid, 0, 2, CB_PROGRAM, 1, 1, 6, opaque(cred), 6, opaque(Buffer.alloc(16, 7)), body);
 }
 
+/** CB_NULL under RPCSEC_GSS (procedure 0, RPCSEC_GSS_DATA, service none: no arguments). */
+export function cbNullGss(xid: number): Buffer {
+  const cred = xdr(1, 0, 9, 1, opaque('ctxA'));
+  return xdr(xid, 0, 2, CB_PROGRAM, 1, 0, 6, opaque(cred), 6, opaque(Buffer.alloc(16, 7)));
+}
+
 /** CB_NULL (procedure 0). */
 export function cbNull(xid: number, prog = CB_PROGRAM): Buffer {
   return rpcCall(xid, prog, 1, 0, Buffer.alloc(0));

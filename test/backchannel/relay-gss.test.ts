@@ -10,7 +10,16 @@ import { ClientState } from '../../gateway/router/client-state.js';
 import { SessionTable } from '../../gateway/router/sessions.js';
 import { encodeCallHeader } from '../../rpc/message.js';
 import { XdrWriter } from '../../rpc/xdr.js';
-import { cbCompound, cbCompoundGss, cbCompoundReply, cbOp, cbRes, sessionId } from './nfs41-bytes.js';
+import {
+  cbCompound,
+  cbCompoundGss,
+  cbCompoundReply,
+  cbNull,
+  cbNullGss,
+  cbOp,
+  cbRes,
+  sessionId,
+} from './nfs41-bytes.js';
 
 const SID = Buffer.alloc(16, 0xab);
 
@@ -148,6 +157,18 @@ test('a callback under RPCSEC_GSS privacy goes to the only client with a back ch
   t.is(two.sent.A.length + two.sent.C.length, 0, 'two clients: not guessed');
   t.is(two.refused.length, 1);
   t.is(two.stats.backchannelOrphans, 1);
+});
+
+test("an RPCSEC_GSS CB_NULL goes to the only client with a back channel there, else is refused: its context is one client's", (t) => {
+  const one = twoClients(false);
+  one.deliver(cbNullGss(0x4101));
+  t.is(one.sent.A.length, 1, 'one client: no choice to make');
+  const two = twoClients();
+  two.deliver(cbNullGss(0x4102));
+  t.is(two.sent.A.length + two.sent.C.length, 0, 'two clients: not guessed');
+  t.is(two.refused.length, 1);
+  two.deliver(cbNull(0x4103));
+  t.is(two.sent.A.length + two.sent.C.length, 1, 'a CB_NULL without GSS still goes to either');
 });
 
 test("a client's REPLY record goes back to the record pool: unmatched at once, relayed once sent", (t) => {
