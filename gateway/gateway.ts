@@ -243,6 +243,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     connectTimeoutMs: config.passthrough.connectTimeoutMs,
     maxRecordSize: config.frontend.maxRecordSize,
     maxReplyBytes: config.frontend.maxReplyBytes,
+    recordPool,
     logger: log.child({ component: 'passthrough' }),
   });
   let mappings: Mapping[] = [];

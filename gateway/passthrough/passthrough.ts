@@ -17,6 +17,7 @@
  */
 import type { Logger } from 'pino';
 import { pino } from 'pino';
+import type { BufferPool } from '../../common/buffer-pool.js';
 import { AuthFlavor } from '../../rpc/constants.js';
 import { formatHostPort, type HostPort } from '../../tcp-frontend/address.js';
 import type { CallReceiver, RpcClientError, RpcReply } from '../../tcp-frontend/client.js';
@@ -63,6 +64,11 @@ export interface PassthroughOptions {
    * replies drain. Default 64 MiB.
    */
   maxReplyBytes?: number;
+  /**
+   * The frontend's record pool: a forwarded record goes back once its reply is in (the upstream has read
+   * it all, so the socket holds it no longer), or at once when it is never written.
+   */
+  recordPool?: BufferPool;
   logger?: Logger;
 }
 
@@ -73,6 +79,8 @@ interface Forwarded {
   gss: boolean;
   link: UpstreamLink;
   xid: number;
+  /** The call's record: given back to the record pool when nothing can hold it any more. */
+  record: Buffer;
 }
 
 export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
@@ -93,6 +101,7 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
   private readonly defaultUpstream: HostPort | null;
   private readonly poolOptions: Omit<UpstreamPoolOptions, 'target'>;
   private readonly log: Logger;
+  private readonly recordPool: BufferPool | undefined;
   private closed = false;
   private readonly maxReplyBytes: number;
   private readonly replyUnit: number;
@@ -101,6 +110,7 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
 
   constructor(o: PassthroughOptions) {
     this.defaultUpstream = o.defaultUpstream;
+    this.recordPool = o.recordPool;
     this.log = o.logger ?? pino({ level: 'silent' });
     this.maxReplyBytes = o.maxReplyBytes ?? 64 * 1024 * 1024;
     this.replyUnit = o.maxRecordSize ?? DEFAULT_MAX_RECORD_SIZE;
@@ -136,6 +146,7 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
       gss: record.length >= 28 && record.readUInt32BE(24) === AuthFlavor.RPCSEC_GSS,
       link: null as unknown as UpstreamLink,
       xid: 0,
+      record,
     };
     const link = pool.openLink();
     if (link !== null) {
@@ -147,6 +158,7 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
       (opened) => this.send(f, opened, record),
       (err: { code?: string; message: string; details?: Record<string, unknown> }) => {
         this.stats.inFlight--;
+        this.recordPool?.release(record); // never written
         this.unreserve(conn);
         this.fail(conn, 'ERR_UPSTREAM_UNAVAILABLE', `upstream ${pool.target} unavailable: ${err.message}`, {
           upstream: pool.target,
@@ -232,6 +244,7 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
     if (f.conn.closed) {
       // The client went away while the upstream connection was being made.
       this.stats.inFlight--;
+      this.recordPool?.release(record); // never written
       return;
     }
     f.link = link;
@@ -245,6 +258,9 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
   /** The upstream's reply to a forwarded call (`CallReceiver`). */
   onCallReply(f: Forwarded, reply: RpcReply): void {
     this.stats.inFlight--;
+    // Answered, so the upstream read the whole call: no write holds the record now. (A failed call's
+    // record is left to the collector: its lost socket may still hold it.)
+    this.recordPool?.release(f.record);
     if (!f.gss) f.link.releaseXid(f.xid);
     if (f.conn.closed) {
       this.stats.orphanedReplies++;

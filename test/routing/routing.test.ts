@@ -15,6 +15,7 @@ import {
   routingTableFor,
 } from '../../gateway/dispatch.js';
 import { type Gateway, startGateway } from '../../gateway/gateway.js';
+import { Passthrough } from '../../gateway/passthrough/passthrough.js';
 import { Portmapper } from '../../gateway/portmapper/index.js';
 import { MOUNT_PROGRAM, NFS_PROGRAM, PORTMAP_PROGRAM } from '../../gateway/portmapper/programs.js';
 import {
@@ -218,6 +219,54 @@ test('records of the calls the gateway answers itself go back to the record pool
   t.is(pool.stats.returned, 4, 'each answered record given back');
   t.is(pool.stats.doubleReleases, 0);
   t.true(pool.owns(routed[0]), 'the routed record is still out');
+});
+
+test('tcp route: a forwarded record goes back to the record pool once its reply is in', async (t) => {
+  const upstream = await serveTestProgram();
+  t.teardown(() => upstream.close({ drainTimeoutMs: 100 }));
+  const up = upstream.addresses[0];
+  const pool = new BufferPool();
+  const passthrough = new Passthrough({ defaultUpstream: null, recordPool: pool });
+  const dispatcher = new Dispatcher({
+    table: new RoutingTable([
+      {
+        program: TEST_PROGRAM,
+        version: TEST_VERSION,
+        kind: 'tcp',
+        upstream: { host: '127.0.0.1', port: up.port },
+      },
+    ]),
+    rdma: {
+      onRecord(conn) {
+        conn.release();
+      },
+      onClose() {},
+    },
+    tcp: passthrough,
+    recordPool: pool,
+  });
+  const server = new FrontendServer({
+    listen: [{ host: '127.0.0.1', port: 0 }],
+    handler: dispatcher,
+    recordPool: pool,
+  });
+  const [{ port }] = await server.listen();
+  t.teardown(async () => {
+    await server.close({ drainTimeoutMs: 0 });
+    await passthrough.close();
+  });
+  const rpc = await RpcClient.connect({ host: '127.0.0.1', port });
+  t.teardown(() => rpc.close());
+  const echo = new TestProgramClient(rpc);
+  // 8 KiB arguments: each call's record is a buffer of the pool.
+  for (let i = 0; i < 3; i++) {
+    const data = Buffer.alloc(8 * 1024, i);
+    t.deepEqual(await echo.echo(data), data);
+  }
+  t.is(passthrough.stats.replies, 3);
+  t.is(pool.stats.returned, 3, 'each forwarded record given back once answered');
+  t.is(pool.stats.misses, 1, 'so the next call reused it');
+  t.is(pool.stats.doubleReleases, 0);
 });
 
 test('calls for 2,000 made-up program numbers are counted under "other": the table stays bounded', async (t) => {
