@@ -138,6 +138,8 @@ for (const name of exampleNames) {
     const pod = workload.spec.template;
     const c = pod.spec.containers[0];
     t.is(c.args[0], mode === 'gateway' ? 'start' : 'responder');
+    // No service-link variables: a Service named rpcrdma-gateway(-*) would inject RPCRDMA_GATEWAY_* ones.
+    t.false(pod.spec.enableServiceLinks);
     // Both roles serve the admin API: HTTP probes on its port, whatever the RDMA provider (the responder
     // example's native listener has no TCP port, the admin API does).
     t.deepEqual(c.startupProbe.httpGet, { path: '/livez', port: 'admin' });
