@@ -188,6 +188,36 @@ test("ports.admin: 0 takes each role's default; a set value is used as given in 
   }
 });
 
+test('listenAddress moves only the data listener; the admin API, which the probes reach, binds admin.listenAddress', async (t) => {
+  const probeHosts = (c: Record<string, { httpGet: { host?: string } }>) =>
+    [c.startupProbe, c.livenessProbe, c.readinessProbe].map((p) => p.httpGet.host);
+  // One address (a Multus RDMA network's, say): the NFS listener binds it, the admin API all interfaces,
+  // so the kubelet's probes (to the pod IP) and the admin Service still reach it.
+  let docs = docsOf(await renderChartWith('listenAddress: 10.20.0.5\n'));
+  let config = loadRenderedConfig(docs);
+  let c = docs.find((d) => d.kind === 'Deployment')!.spec.template.spec.containers[0];
+  t.deepEqual(config.frontend.listen, [{ host: '10.20.0.5', port: 2049 }]);
+  t.deepEqual(config.admin.listen, { host: '0.0.0.0', port: 9249 });
+  t.deepEqual(probeHosts(c), [undefined, undefined, undefined]);
+  // IPv6: all interfaces of that family.
+  config = loadRenderedConfig(docsOf(await renderChartWith('listenAddress: "fd00::5"\n')));
+  t.deepEqual(config.admin.listen, { host: '::', port: 9249 });
+  // admin.listenAddress set to one address: the admin API binds it and every probe goes there.
+  docs = docsOf(
+    await renderChartWith('mode: responder\nlistenAddress: 10.20.0.5\nadmin: {listenAddress: 10.1.2.3}\n'),
+  );
+  config = loadRenderedConfig(docs);
+  c = docs.find((d) => d.kind === 'Deployment')!.spec.template.spec.containers[0];
+  t.deepEqual(config.responder.listen, { host: '10.20.0.5', port: 20049 });
+  t.deepEqual(config.admin.listen, { host: '10.1.2.3', port: 9250 });
+  t.deepEqual(probeHosts(c), ['10.1.2.3', '10.1.2.3', '10.1.2.3']);
+  // Loopback: the kubelet cannot reach a pod's loopback, except on the host network (the node's own).
+  await t.throwsAsync(renderChartWith('admin: {listenAddress: 127.0.0.1}\n'), { message: /loopback/ });
+  docs = docsOf(await renderChartWith('hostNetwork: true\nadmin: {listenAddress: 127.0.0.1}\n'));
+  c = docs.find((d) => d.kind === 'Deployment')!.spec.template.spec.containers[0];
+  t.deepEqual(probeHosts(c), ['127.0.0.1', '127.0.0.1', '127.0.0.1']);
+});
+
 test("with protectReads the ServiceMonitor sends the admin token from the chart's Secret", async (t) => {
   for (const mode of ['gateway', 'responder']) {
     const docs = docsOf(
