@@ -738,6 +738,40 @@ function setPath(target: Record<string, unknown>, key: string, value: unknown): 
   node[parts[parts.length - 1]] = value;
 }
 
+// Kubernetes service links: unless a pod sets `enableServiceLinks: false`, the kubelet gives every container
+// variables for each Service of its namespace, named after the Service (upper case, `-` → `_`):
+// https://kubernetes.io/docs/concepts/services-networking/service/#environment-variables and
+// https://kubernetes.io/docs/concepts/containers/container-environment/#cluster-information. A Service
+// named `rpcrdma-gateway` or `rpcrdma-gateway-*` (what a release of that name creates) thus yields
+// RPCRDMA_GATEWAY_SERVICE_HOST, RPCRDMA_GATEWAY_PORT=tcp://…, RPCRDMA_GATEWAY_ADMIN_PORT_9249_TCP_ADDR…,
+// which would otherwise be refused as unknown configuration keys and stop the pod from starting. Only a
+// variable that is not a configuration key and has both the name AND the value shape the kubelet writes
+// is skipped, so a typo (RPCRDMA_GATEWAY_FRONTEND_PORT=3049: a `<SVC>_PORT` name, but not a URL) still
+// fails.
+const IP = String.raw`(?:\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*)`;
+const PORT = String.raw`\d{1,5}`;
+const PROTO = 'TCP|UDP|SCTP';
+const SERVICE_LINK_SHAPES: readonly [RegExp, RegExp][] = [
+  // <SVC>_SERVICE_HOST=10.96.0.10
+  [/^[A-Z0-9_]+_SERVICE_HOST$/, new RegExp(`^${IP}$`)],
+  // <SVC>_SERVICE_PORT=2049, <SVC>_SERVICE_PORT_<PORT NAME>=2049
+  [/^[A-Z0-9_]+_SERVICE_PORT(?:_[A-Z0-9_]+)?$/, new RegExp(`^${PORT}$`)],
+  // <SVC>_PORT=tcp://10.96.0.10:2049, <SVC>_PORT_<NUM>_<PROTO>=tcp://10.96.0.10:2049
+  [
+    new RegExp(`^[A-Z0-9_]+_PORT(?:_${PORT}_(?:${PROTO}))?$`),
+    new RegExp(`^(?:tcp|udp|sctp)://(?:${IP}|\\[${IP}\\]):${PORT}$`),
+  ],
+  // <SVC>_PORT_<NUM>_<PROTO>_PROTO=tcp, …_PORT=2049, …_ADDR=10.96.0.10
+  [new RegExp(`^[A-Z0-9_]+_PORT_${PORT}_(?:${PROTO})_PROTO$`), /^(?:tcp|udp|sctp)$/],
+  [new RegExp(`^[A-Z0-9_]+_PORT_${PORT}_(?:${PROTO})_PORT$`), new RegExp(`^${PORT}$`)],
+  [new RegExp(`^[A-Z0-9_]+_PORT_${PORT}_(?:${PROTO})_ADDR$`), new RegExp(`^${IP}$`)],
+];
+
+/** True for a variable the kubelet writes for a Service (see SERVICE_LINK_SHAPES), name and value alike. */
+function isServiceLinkVariable(name: string, value: string): boolean {
+  return SERVICE_LINK_SHAPES.some(([n, v]) => n.test(name) && v.test(value));
+}
+
 /**
  * Builds the configuration from defaults, file, environment and flags (later wins). Throws `ConfigError`
  * naming the key (and the file, variable or flag) for unknown keys and invalid values.
@@ -761,6 +795,7 @@ export function loadConfig(sources: ConfigSources = {}): LoadedConfig {
   for (const [name, raw] of Object.entries(env)) {
     if (!name.startsWith(ENV_PREFIX) || name === ENV_CONFIG_FILE || raw === undefined) continue;
     const def = envNames.get(name);
+    if (!def && isServiceLinkVariable(name, raw)) continue;
     if (!def) throw unknownKey(name, { source: 'environment', where: name }, envNames.keys());
     values.set(def.key, coerce(def, raw, { source: 'environment', where: name }));
     origins[def.key] = 'environment';

@@ -86,7 +86,7 @@ export class ResponderControlAdapter
       listenerBound: this.responder.address() !== null,
       upstreamsReady: this.live().filter((c) => c.state === 'ready').length,
       // Stopping is not draining: it closes its connections (the requesters resend elsewhere), whether or
-      // not a drain came first (the chart's preStop does one); the state says it.
+      // not a drain came first (POST /v1/drain); the state says it.
       draining: this.responder.draining && !this.responder.closing,
       state: this.state(),
     };

@@ -1,14 +1,14 @@
 #!/usr/bin/env node
 // One request to the gateway's admin API, for places that have Node but no curl: the image's HEALTHCHECK
-// (`GET /livez`) and the Kubernetes preStop hook (`POST /v1/drain`). Dependency-free on purpose — it runs
+// (`GET /livez`) and manual calls in a container (`POST /v1/drain`). Dependency-free on purpose — it runs
 // in the runtime image, which carries production dependencies only.
 //
 //   admin-call.mjs METHOD PATH [--admin HOST:PORT] [--timeout-ms N] [--sleep-after-ms N]
 //
 // The address is --admin, else RPCRDMA_GATEWAY_ADMIN_LISTEN, else the default 127.0.0.1:9249; a wildcard
 // listen address (0.0.0.0, ::) is reached through loopback. A request other than GET/HEAD carries
-// `Authorization: Bearer $RPCRDMA_GATEWAY_ADMIN_TOKEN` when that variable is set. --sleep-after-ms waits
-// after a successful request (a preStop hook keeps the pod alive while Service endpoints converge).
+// `Authorization: Bearer $RPCRDMA_GATEWAY_ADMIN_TOKEN`, trimmed, when that variable is set.
+// --sleep-after-ms waits after a successful request.
 // Exit status: 0 on a 2xx answer, 1 on any other answer or a network error, 2 on a usage error.
 import { request } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -61,7 +61,9 @@ function connectTarget(listen) {
 
 function call({ method, path, target, timeoutMs }) {
   const headers = {};
-  const token = process.env.RPCRDMA_GATEWAY_ADMIN_TOKEN;
+  // Trimmed as the gateway trims it (admin-api/access-rules.ts): a Kubernetes Secret made from a file ends
+  // with a newline, which Node refuses in a header (ERR_INVALID_CHAR), so the call never happened.
+  const token = process.env.RPCRDMA_GATEWAY_ADMIN_TOKEN?.trim();
   if (token && method !== 'GET' && method !== 'HEAD') headers.authorization = `Bearer ${token}`;
   return new Promise((resolve) => {
     const req = request({ host: target.host, port: target.port, method, path, headers, timeout: timeoutMs });

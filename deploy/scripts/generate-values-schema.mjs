@@ -6,7 +6,9 @@
 //
 // The type comes from the default value in values.yaml (integer, number, boolean, string, object, array);
 // modifiers, comma-separated: `object` / `array` (a free-form map or list: any keys or items), `nullable`,
-// `enum:A|B|C` (numbers stay numbers when the default is a number), `min:N`, `max:N`. Every mapping made of
+// `enum:A|B|C` (numbers stay numbers when the default is a number), `min:N`, `max:N`, `multipleOf:N`,
+// `pattern:/RE/` (a string's JSON Schema pattern; inside the slashes `/` is written `\/`, and `,` and `]`
+// are the pattern's own). Every mapping made of
 // documented keys is closed (`additionalProperties: false`), so a misspelt value fails `helm install`
 // instead of being ignored. A key in values.yaml without an @param, or an @param without a key, is an
 // error. `--check` writes nothing and exits 1 when the schema on disk differs (the test suite runs it).
@@ -28,13 +30,15 @@ function typeOf(v) {
 export function readParams(valuesText) {
   const params = [];
   for (const line of valuesText.split('\n')) {
-    const m = /^\s*## @param ([A-Za-z0-9_.]+)(?: \[([^\]]*)\])? ?(.*)$/.exec(line);
+    // The modifiers: anything but `]` and `/`, or a `/…/` pattern, in which `]` and `,` are literal.
+    const m = /^\s*## @param ([A-Za-z0-9_.]+)(?: \[((?:[^\]/]|\/(?:\\.|[^/\\])*\/)*)\])? ?(.*)$/.exec(line);
     if (!m) continue;
-    const modifiers = (m[2] ?? '')
-      .split(',')
-      .map((s) => s.trim())
-      .filter(Boolean);
-    params.push({ key: m[1], modifiers, description: m[3].trim() });
+    const modifiers = (m[2] ?? '').match(/(?:[^,/]|\/(?:\\.|[^/\\])*\/)+/g) ?? [];
+    params.push({
+      key: m[1],
+      modifiers: modifiers.map((x) => x.trim()).filter(Boolean),
+      description: m[3].trim(),
+    });
   }
   return params;
 }
@@ -50,13 +54,25 @@ function leafSchema(param, value) {
   s.type = param.modifiers.includes('nullable') ? [type, 'null'] : type;
   s.description = param.description;
   for (const mod of param.modifiers) {
-    const [name, arg] = mod.split(':').map((x) => x.trim());
+    const colon = mod.indexOf(':');
+    const name = (colon < 0 ? mod : mod.slice(0, colon)).trim();
+    const arg = colon < 0 ? undefined : mod.slice(colon + 1).trim();
     if (name === 'enum') {
       s.enum = arg.split('|').map((x) => (type === 'integer' || type === 'number' ? Number(x) : x));
       if (!s.enum.includes(value)) throw new Error(`${param.key}: default ${value} is not in its enum`);
     } else if (name === 'min') s.minimum = Number(arg);
     else if (name === 'max') s.maximum = Number(arg);
-    else if (!['object', 'array', 'nullable'].includes(name))
+    else if (name === 'multipleOf') {
+      s.multipleOf = Number(arg);
+      if (!(s.multipleOf > 0) || value % s.multipleOf !== 0)
+        throw new Error(`${param.key}: default ${value} is not a multiple of ${arg}`);
+    } else if (name === 'pattern') {
+      const p = /^\/(.*)\/$/.exec(arg ?? '');
+      if (!p) throw new Error(`${param.key}: pattern must be written /RE/, got ${arg}`);
+      s.pattern = p[1].replace(/\\\//g, '/');
+      if (!new RegExp(s.pattern, 'u').test(value))
+        throw new Error(`${param.key}: default ${JSON.stringify(value)} does not match its pattern`);
+    } else if (!['object', 'array', 'nullable'].includes(name))
       throw new Error(`${param.key}: unknown modifier ${mod}`);
   }
   s.default = value;

@@ -14,6 +14,7 @@ import test from 'ava';
 import { DaemonSet, Deployment } from 'kubernetes-models/apps/v1';
 import { ConfigMap, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
 import { parse as parseYaml } from 'yaml';
+import { isBearerToken } from '../../admin-api/auth.js';
 import { CONFIG_SCHEMA, loadConfig } from '../../gateway/config.js';
 import { chartDir, examplesDir, helmLite, type K8sObject, parseManifests, runNode } from './repo.js';
 
@@ -50,6 +51,81 @@ test('the schema rejects a misspelt key, a wrong enum and a wrong type', (t) => 
     { ...values, config: { ...values.config, rdma: { ...values.config.rdma, provider: 'verbs' } } },
   ];
   for (const v of bad) t.false(validateValues(v));
+});
+
+/** The values schema of a `config.*` key of the gateway, if the chart exposes it. */
+function configKeySchema(key: string): Record<string, unknown> | undefined {
+  let node = schema.properties.config;
+  for (const part of key.split('.')) {
+    node = node?.properties?.[part];
+    if (!node) return undefined;
+  }
+  return node;
+}
+
+test("the values schema is no looser than the gateway's own rules for every config key the chart exposes", (t) => {
+  let checked = 0;
+  for (const d of CONFIG_SCHEMA) {
+    const s = configKeySchema(d.key);
+    if (!s) continue;
+    const k = d.kind;
+    if (k.type === 'int' || k.type === 'size') {
+      checked++;
+      // A value the gateway refuses fails the pod at start; the schema must refuse it at install.
+      t.true(
+        typeof s.minimum === 'number' && s.minimum >= k.min,
+        `${d.key}: minimum ${s.minimum} ≥ ${k.min}`,
+      );
+      t.true(
+        typeof s.maximum === 'number' && s.maximum <= k.max,
+        `${d.key}: maximum ${s.maximum} ≤ ${k.max}`,
+      );
+      if (k.multipleOf)
+        t.true(
+          typeof s.multipleOf === 'number' && s.multipleOf % k.multipleOf === 0,
+          `${d.key}: multipleOf ${s.multipleOf} of ${k.multipleOf}`,
+        );
+    } else if (k.type === 'enum') {
+      // A boolean key is a boolean in the schema; any other enum lists some of the gateway's values.
+      if (k.values.every((v) => typeof v === 'boolean')) t.is(s.type, 'boolean', d.key);
+      else
+        t.true(
+          Array.isArray(s.enum) && (s.enum as unknown[]).every((v) => k.values.includes(v as never)),
+          `${d.key}: enum within ${k.values.join('|')}`,
+        );
+    }
+  }
+  t.true(checked >= 15, `checked ${checked} numeric keys`);
+});
+
+test('the schema refuses the values the gateway refuses at start (each a pod that cannot start)', (t) => {
+  const over = (path: string, v: unknown) => {
+    const copy = structuredClone(values);
+    const parts = path.split('.');
+    parts.slice(0, -1).reduce((n, p) => n[p], copy)[parts.at(-1)!] = v;
+    return copy;
+  };
+  for (const [path, v] of [
+    ['config.rdma.inlineSend', 5000],
+    ['config.rdma.inlineReceive', 1025],
+    ['config.shutdown.drainTimeoutMs', 3_000_000_000],
+    ['config.frontend.idleTimeoutMs', 2_147_483_648],
+    ['config.rdma.holdTimeMs', 2_147_483_648],
+    ['config.passthrough.connectTimeoutMs', 900_000],
+    ['admin.token', 'p@ss:word!'],
+    ['admin.token', '=abc'],
+  ] as const)
+    t.false(validateValues(over(path, v)), `${path}=${v}`);
+  for (const [path, v] of [
+    ['config.rdma.inlineSend', 8192],
+    ['config.shutdown.drainTimeoutMs', 2_147_483_647],
+    ['admin.token', 'abc-._~+/XYZ09=='],
+  ] as const)
+    t.true(validateValues(over(path, v)), `${path}=${v}: ${JSON.stringify(validateValues.errors)}`);
+  // The token pattern is the gateway's rule (admin-api/auth.ts) on a spread of tokens.
+  const pattern = new RegExp(schema.properties.admin.properties.token.pattern as string, 'u');
+  for (const token of ['a', 'a=', 'a==', 'A-z.0_9~+/', '=a', 'a=b', 'a b', 'a:b', 'ä', 'a\n', '@'])
+    t.is(pattern.test(token), isBearerToken(token), JSON.stringify(token));
 });
 
 test('every .Values reference in the templates is defined in values.yaml', (t) => {
@@ -138,6 +214,8 @@ for (const name of exampleNames) {
     const pod = workload.spec.template;
     const c = pod.spec.containers[0];
     t.is(c.args[0], mode === 'gateway' ? 'start' : 'responder');
+    // No service-link variables: a Service named rpcrdma-gateway(-*) would inject RPCRDMA_GATEWAY_* ones.
+    t.false(pod.spec.enableServiceLinks);
     // Both roles serve the admin API: HTTP probes on its port, whatever the RDMA provider (the responder
     // example's native listener has no TCP port, the admin API does).
     t.deepEqual(c.startupProbe.httpGet, { path: '/livez', port: 'admin' });
@@ -162,16 +240,18 @@ for (const name of exampleNames) {
       // unconfigured default), on the port the container declares and the probes use.
       t.deepEqual(config.admin.listen, { host: '0.0.0.0', port: adminPort });
       // Grace period: above the preStop delay plus the drain timeout, or the kubelet kills calls in flight.
-      const delay = Number(c.lifecycle.preStop.exec.command.at(-1)) / 1000;
+      const delay = Number(c.lifecycle.preStop.exec.command[1]);
       t.true(delay > 0);
       t.true(pod.spec.terminationGracePeriodSeconds > delay + config.shutdown.drainTimeoutMs / 1000);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
-    // preStop drains through the admin API of the container's own role, on its port.
-    const preStop = c.lifecycle.preStop.exec.command as string[];
-    t.deepEqual(preStop.slice(0, 4), ['node', '/app/deploy/scripts/admin-call.mjs', 'POST', '/v1/drain']);
-    t.is(preStop[preStop.indexOf('--admin') + 1], `127.0.0.1:${adminPort}`);
+    // preStop only waits for the endpoints to drop the pod, serving meanwhile: no drain (which refuses the
+    // clients kube-proxy still sends); SIGTERM stops accepting.
+    t.deepEqual(c.lifecycle.preStop.exec.command, [
+      'sleep',
+      String(exampleValues.drain?.endpointDelaySeconds ?? values.drain.endpointDelaySeconds),
+    ]);
 
     // The admin token reaches the container from a Secret (the chart's, or an existing one).
     const ref = c.env.find((e: { name: string }) => e.name === 'RPCRDMA_GATEWAY_ADMIN_TOKEN').valueFrom

@@ -5,11 +5,14 @@
  * tini, the documented non-root user, a HEALTHCHECK on /livez, production dependencies only, and a
  * runtime stage that copies only what the gateway needs.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import test from 'ava';
-import { type Copy, DockerfileParser, type Instruction } from 'dockerfile-ast';
+import { type Copy, DockerfileParser, type Env, type Instruction } from 'dockerfile-ast';
 import { validate } from 'dockerfile-utils';
-import { readRepo, repoPath } from './repo.js';
+import { loadConfig } from '../../gateway/config.js';
+import { chartDir, helmLite, parseManifests, readRepo, repoPath } from './repo.js';
 
 const DOCKERFILES = [
   'deploy/docker/Dockerfile',
@@ -135,7 +138,10 @@ test('the runtime stage copies only what the gateway needs', (t) => {
       t.is(from, 'build');
       t.true(allowedFromBuild.includes(src), `unexpected COPY --from=build ${src}`);
     } else {
-      t.is(src, 'deploy/scripts/admin-call.mjs', `unexpected COPY from the context: ${src}`);
+      t.true(
+        ['deploy/scripts/admin-call.mjs', 'deploy/docker/gateway.yaml'].includes(src),
+        `unexpected COPY from the context: ${src}`,
+      );
     }
   }
   // The build stage removes what is not product code from dist/ before the copy.
@@ -173,4 +179,58 @@ test('every path the image copies from the build context exists and is not exclu
         !ignore.includes(generated.replace(/\/$/, '')),
       `${generated} is excluded`,
     );
+});
+
+/** The runtime stage's ENV, name → value. */
+function imageEnv(): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const i of stages()[1].instructions.filter((x) => x.getKeyword() === 'ENV'))
+    for (const p of (i as Env).getProperties()) env[p.getName()] = p.getValue() ?? '';
+  return env;
+}
+
+test("the image's defaults listen on all interfaces, and the chart's configuration file wins over them", async (t) => {
+  const env = imageEnv();
+  // Environment variables beat the configuration file: any RPCRDMA_GATEWAY_* key in the image's ENV would
+  // silently override the chart's ConfigMap. Only the variable naming the image's default file is there.
+  t.deepEqual(
+    Object.keys(env).filter((k) => k.startsWith('RPCRDMA_GATEWAY_')),
+    ['RPCRDMA_GATEWAY_CONFIG'],
+  );
+  // `docker run image`: the baked file (copied to the path RPCRDMA_GATEWAY_CONFIG names) applies.
+  const copy = (stages()[1].instructions.filter((i) => i.getKeyword() === 'COPY') as Copy[])
+    .map((c) => c.getArguments().map((a) => a.getValue()))
+    .find(([src]) => src === 'deploy/docker/gateway.yaml');
+  t.is(copy?.[1], env.RPCRDMA_GATEWAY_CONFIG);
+  const image = loadConfig({
+    env: { ...env, RPCRDMA_GATEWAY_CONFIG: repoPath('deploy', 'docker', 'gateway.yaml') },
+  }).config;
+  t.deepEqual(image.frontend.listen, [{ host: '0.0.0.0', port: 2049 }]);
+  t.is(image.log.format, 'json');
+  // The chart: its ConfigMap, given with --config (which wins over RPCRDMA_GATEWAY_CONFIG), in the image's
+  // environment. Its port, listen address and log format are the ones in force.
+  const { renderChart } = await helmLite();
+  const dir = mkdtempSync(join(tmpdir(), 'rpcrdma-image-'));
+  try {
+    writeFileSync(
+      join(dir, 'v.yaml'),
+      'ports: {nfs: 3049}\nlistenAddress: "::"\nconfig: {log: {format: pretty}}\n',
+    );
+    const docs = parseManifests(
+      renderChart(chartDir, { valuesFiles: [join(dir, 'v.yaml')] })
+        .manifests.map((m) => `---\n${m.text}`)
+        .join('\n'),
+    );
+    const workload = docs.find((d) => d.kind === 'Deployment');
+    const args = workload!.spec.template.spec.containers[0].args as string[];
+    const configPath = args[args.indexOf('--config') + 1];
+    t.is(configPath, env.RPCRDMA_GATEWAY_CONFIG, "the ConfigMap is mounted over the image's file");
+    const file = join(dir, 'gateway.yaml');
+    writeFileSync(file, docs.find((d) => d.kind === 'ConfigMap')!.data!['gateway.yaml']);
+    const chart = loadConfig({ file, env }).config;
+    t.deepEqual(chart.frontend.listen, [{ host: '::', port: 3049 }]);
+    t.is(chart.log.format, 'pretty');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -168,6 +168,10 @@ test('admin-call: POST carries the bearer token; a 401 fails', async (t) => {
   });
   t.is(ok.code, 0, ok.stderr);
   t.deepEqual(ok.seen, { method: 'POST', url: '/v1/drain', auth: 'Bearer secret' });
+  // A token from a Secret made from a file ends with a newline: sent trimmed, as the gateway reads it.
+  const fromFile = await adminCall(['POST', '/v1/drain'], 202, { RPCRDMA_GATEWAY_ADMIN_TOKEN: ' secret\n' });
+  t.is(fromFile.code, 0, fromFile.stderr);
+  t.is(fromFile.seen?.auth, 'Bearer secret');
   const refused = await adminCall(['POST', '/v1/drain'], 401);
   t.is(refused.code, 1);
 });

@@ -95,6 +95,21 @@ test('the chart refuses a grace period that would cut the drain short', async (t
   t.regex(manifests.map((m) => m.text).join(''), /terminationGracePeriodSeconds: 36/);
 });
 
+test('preStop keeps serving for drain.endpointDelaySeconds (no drain call, which would refuse the clients kube-proxy still sends); 0: no hook', async (t) => {
+  for (const mode of ['gateway', 'responder']) {
+    const docs = docsOf(await renderChartWith(`mode: ${mode}\ndrain: {endpointDelaySeconds: 7}\n`));
+    const pod = docs.find((d) => d.kind === 'Deployment')!.spec.template.spec;
+    const c = pod.containers[0];
+    t.deepEqual(c.lifecycle, { preStop: { exec: { command: ['sleep', '7'] } } }, mode);
+    // The grace period still covers the delay and the drain after SIGTERM: 7 + 30 + 10.
+    t.is(pod.terminationGracePeriodSeconds, 47, mode);
+  }
+  const none = docsOf(await renderChartWith('drain: {endpointDelaySeconds: 0}\n'));
+  const pod = none.find((d) => d.kind === 'Deployment')!.spec.template.spec;
+  t.is(pod.containers[0].lifecycle, undefined);
+  t.is(pod.terminationGracePeriodSeconds, 40);
+});
+
 test('a privileged port: refused on the host network without root; a pod sysctl off it', async (t) => {
   await t.throwsAsync(renderChartWith('hostNetwork: true\nports: {nfs: 111}\n'), { message: /needs root/ });
   const off = await renderChartWith('ports: {nfs: 111}\n');
@@ -145,17 +160,8 @@ test('responder mode serves port 20049, runs the responder command, and serves t
   t.deepEqual(c.livenessProbe.httpGet, { path: '/livez', port: 'admin' });
   t.deepEqual(c.readinessProbe.httpGet, { path: '/readyz', port: 'admin' });
   for (const probe of [c.startupProbe, c.livenessProbe, c.readinessProbe]) t.is(probe.tcpSocket, undefined);
-  // preStop drains the responder through its admin API, then waits for the endpoints to drop it.
-  t.deepEqual(c.lifecycle.preStop.exec.command, [
-    'node',
-    '/app/deploy/scripts/admin-call.mjs',
-    'POST',
-    '/v1/drain',
-    '--admin',
-    '127.0.0.1:9250',
-    '--sleep-after-ms',
-    '5000',
-  ]);
+  // preStop only waits for the endpoints to drop the pod; SIGTERM then stops the responder accepting.
+  t.deepEqual(c.lifecycle.preStop.exec.command, ['sleep', '5']);
   // The admin Service selects the responder's pods and targets the admin port.
   const admin = docs.find((d) => d.kind === 'Service' && d.metadata.name.endsWith('-admin'));
   t.truthy(admin, 'an admin Service');
@@ -177,10 +183,39 @@ test("ports.admin: 0 takes each role's default; a set value is used as given in 
     const c = docs.find((d) => d.kind === 'Deployment')!.spec.template.spec.containers[0];
     t.is(c.ports.find((p: { name: string }) => p.name === 'admin').containerPort, 9300, mode);
     t.deepEqual(loadRenderedConfig(docs).admin.listen, { host: '0.0.0.0', port: 9300 }, mode);
-    t.true(c.lifecycle.preStop.exec.command.includes('127.0.0.1:9300'), mode);
     const admin = docs.find((d) => d.kind === 'Service' && d.metadata.name.endsWith('-admin'));
     t.is(admin!.spec.ports[0].port, 9300, mode);
   }
+});
+
+test('listenAddress moves only the data listener; the admin API, which the probes reach, binds admin.listenAddress', async (t) => {
+  const probeHosts = (c: Record<string, { httpGet: { host?: string } }>) =>
+    [c.startupProbe, c.livenessProbe, c.readinessProbe].map((p) => p.httpGet.host);
+  // One address (a Multus RDMA network's, say): the NFS listener binds it, the admin API all interfaces,
+  // so the kubelet's probes (to the pod IP) and the admin Service still reach it.
+  let docs = docsOf(await renderChartWith('listenAddress: 10.20.0.5\n'));
+  let config = loadRenderedConfig(docs);
+  let c = docs.find((d) => d.kind === 'Deployment')!.spec.template.spec.containers[0];
+  t.deepEqual(config.frontend.listen, [{ host: '10.20.0.5', port: 2049 }]);
+  t.deepEqual(config.admin.listen, { host: '0.0.0.0', port: 9249 });
+  t.deepEqual(probeHosts(c), [undefined, undefined, undefined]);
+  // IPv6: all interfaces of that family.
+  config = loadRenderedConfig(docsOf(await renderChartWith('listenAddress: "fd00::5"\n')));
+  t.deepEqual(config.admin.listen, { host: '::', port: 9249 });
+  // admin.listenAddress set to one address: the admin API binds it and every probe goes there.
+  docs = docsOf(
+    await renderChartWith('mode: responder\nlistenAddress: 10.20.0.5\nadmin: {listenAddress: 10.1.2.3}\n'),
+  );
+  config = loadRenderedConfig(docs);
+  c = docs.find((d) => d.kind === 'Deployment')!.spec.template.spec.containers[0];
+  t.deepEqual(config.responder.listen, { host: '10.20.0.5', port: 20049 });
+  t.deepEqual(config.admin.listen, { host: '10.1.2.3', port: 9250 });
+  t.deepEqual(probeHosts(c), ['10.1.2.3', '10.1.2.3', '10.1.2.3']);
+  // Loopback: the kubelet cannot reach a pod's loopback, except on the host network (the node's own).
+  await t.throwsAsync(renderChartWith('admin: {listenAddress: 127.0.0.1}\n'), { message: /loopback/ });
+  docs = docsOf(await renderChartWith('hostNetwork: true\nadmin: {listenAddress: 127.0.0.1}\n'));
+  c = docs.find((d) => d.kind === 'Deployment')!.spec.template.spec.containers[0];
+  t.deepEqual(probeHosts(c), ['127.0.0.1', '127.0.0.1', '127.0.0.1']);
 });
 
 test("with protectReads the ServiceMonitor sends the admin token from the chart's Secret", async (t) => {

@@ -137,6 +137,53 @@ test('unknown keys are errors, with a suggestion', (t) => {
   t.is(e.code, 'ERR_CONFIG_FILE');
 });
 
+test('Kubernetes service-link variables of a Service named like the prefix are skipped; other unknown variables are not', (t) => {
+  // What the kubelet gives a pod when its namespace has Services `rpcrdma-gateway` (port nfs 2049) and
+  // `rpcrdma-gateway-admin` (port admin 9249, IPv6 cluster IP), with service links on.
+  const links = {
+    RPCRDMA_GATEWAY_SERVICE_HOST: '10.96.0.10',
+    RPCRDMA_GATEWAY_SERVICE_PORT: '2049',
+    RPCRDMA_GATEWAY_SERVICE_PORT_NFS: '2049',
+    RPCRDMA_GATEWAY_PORT: 'tcp://10.96.0.10:2049',
+    RPCRDMA_GATEWAY_PORT_2049_TCP: 'tcp://10.96.0.10:2049',
+    RPCRDMA_GATEWAY_PORT_2049_TCP_PROTO: 'tcp',
+    RPCRDMA_GATEWAY_PORT_2049_TCP_PORT: '2049',
+    RPCRDMA_GATEWAY_PORT_2049_TCP_ADDR: '10.96.0.10',
+    RPCRDMA_GATEWAY_ADMIN_SERVICE_HOST: 'fd00:10:96::a',
+    RPCRDMA_GATEWAY_ADMIN_SERVICE_PORT: '9249',
+    RPCRDMA_GATEWAY_ADMIN_SERVICE_PORT_ADMIN: '9249',
+    RPCRDMA_GATEWAY_ADMIN_PORT: 'tcp://[fd00:10:96::a]:9249',
+    RPCRDMA_GATEWAY_ADMIN_PORT_9249_TCP: 'tcp://[fd00:10:96::a]:9249',
+    RPCRDMA_GATEWAY_ADMIN_PORT_9249_TCP_PROTO: 'tcp',
+    RPCRDMA_GATEWAY_ADMIN_PORT_9249_TCP_PORT: '9249',
+    RPCRDMA_GATEWAY_ADMIN_PORT_9249_TCP_ADDR: 'fd00:10:96::a',
+    RPCRDMA_GATEWAY_DNS_PORT_53_UDP_PROTO: 'udp',
+  };
+  for (const [name, value] of Object.entries(links))
+    t.notThrows(() => loadConfig({ env: { [name]: value } }), name);
+  const { config, origins } = loadConfig({
+    env: { ...links, RPCRDMA_GATEWAY_LOG_LEVEL: 'warn' },
+  });
+  t.is(config.log.level, 'warn');
+  t.deepEqual(
+    Object.keys(origins).filter((k) => origins[k] === 'environment'),
+    ['log.level'],
+  );
+  // Near misses stay errors: a `<SVC>_PORT` name whose value is not a service URL (a typo for a key), a
+  // value of the wrong shape, and a name of no service-link shape.
+  for (const [name, value] of [
+    ['RPCRDMA_GATEWAY_FRONTEND_PORT', '3049'],
+    ['RPCRDMA_GATEWAY_SERVICE_PORT', 'nfs'],
+    ['RPCRDMA_GATEWAY_SERVICE_HOST', 'gateway.example'],
+    ['RPCRDMA_GATEWAY_PORT_2049_TCP_PROTO', 'http'],
+    ['RPCRDMA_GATEWAY_ADMIN_LISTN', '0.0.0.0:9249'],
+  ]) {
+    const e = configError(t, () => loadConfig({ env: { ...links, [name]: value } }));
+    t.is(e.code, 'ERR_CONFIG_UNKNOWN_KEY', name);
+    t.is(e.details.key, name);
+  }
+});
+
 test('--print-config output is a valid configuration file that reproduces the configuration', (t) => {
   const loaded = loadConfig({
     env: { RPCRDMA_GATEWAY_ADMIN_TOKEN: 's3cret' },

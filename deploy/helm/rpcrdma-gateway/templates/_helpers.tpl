@@ -76,6 +76,23 @@ network. */}}
 {{- if .Values.ports.admin -}}{{ .Values.ports.admin }}{{- else if eq .Values.mode "gateway" -}}9249{{- else -}}9250{{- end -}}
 {{- end -}}
 
+{{/* The admin API's bind address: admin.listenAddress, or all interfaces (of listenAddress's family). Not
+listenAddress itself: bound to one address (a Multus RDMA network's, say) the admin API would be out of
+reach of the kubelet's probes, which go to the pod IP, and of the admin Service. */}}
+{{- define "rpcrdma-gateway.adminListenAddress" -}}
+{{- if .Values.admin.listenAddress -}}{{ .Values.admin.listenAddress }}{{- else if contains ":" .Values.listenAddress -}}::{{- else -}}0.0.0.0{{- end -}}
+{{- end -}}
+
+{{/* The host the kubelet probes the admin API on: empty (the pod IP) for a wildcard admin address, else
+that address. A loopback one is refused off the host network: the kubelet cannot reach a pod's loopback. */}}
+{{- define "rpcrdma-gateway.adminProbeHost" -}}
+{{- $a := include "rpcrdma-gateway.adminListenAddress" . -}}
+{{- if and (or (hasPrefix "127." $a) (eq $a "::1") (eq $a "localhost")) (not .Values.hostNetwork) -}}
+{{- fail (printf "admin.listenAddress %s is the pod's loopback, which the kubelet's probes cannot reach: use all interfaces (empty) or the pod's own address" $a) -}}
+{{- end -}}
+{{- if not (has $a (list "0.0.0.0" "::")) -}}{{ $a }}{{- end -}}
+{{- end -}}
+
 {{/* HOST:PORT for the gateway configuration; an IPv6 host is bracketed. */}}
 {{- define "rpcrdma-gateway.hostPort" -}}
 {{- if contains ":" .host -}}[{{ .host }}]:{{ .port }}{{- else -}}{{ .host }}:{{ .port }}{{- end -}}
