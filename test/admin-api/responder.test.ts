@@ -259,7 +259,7 @@ test('drain refuses new RDMA connections and fails /readyz; the accepted ones ke
 test('a stopped responder says so in /readyz and /v1/server-info (not "draining"), drained first or not', async (t) => {
   const h = await start();
   try {
-    h.responder.drain(); // as the chart's preStop does before SIGTERM
+    h.responder.drain(); // as an operator may (POST /v1/drain) before SIGTERM
     await h.responder.close(1000);
     const ready = await json(h, 'GET', '/readyz');
     t.is(ready.status, 503);
