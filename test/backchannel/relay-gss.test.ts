@@ -42,6 +42,19 @@ function callback(xid: number, flavor: number, body: Buffer): Buffer {
 /** rpc_gss_cred_vers_1_t: version 1, RPCSEC_GSS_DATA, seq_num 5, service none, handle "ctx1". */
 const GSS_CRED = new XdrWriter().u32(1).u32(0).u32(5).u32(1).opaque(Buffer.from('ctx1')).toBuffer();
 
+/** A backward call as the transport hands it over: inline, Version 1, no chunks. */
+function inbound(message: Buffer) {
+  return {
+    xid: message.readUInt32BE(0),
+    version: 1,
+    message,
+    backward: true,
+    writeChunks: [],
+    replyChunk: null,
+    invHandle: 0,
+  } as never;
+}
+
 function setup() {
   const sent: Buffer[] = [];
   const refused: unknown[] = [];
@@ -59,16 +72,7 @@ function setup() {
   } as never;
   sessions.learn(SID, client, link);
   const relay = new BackchannelRelay(sessions, stats);
-  const deliver = (message: Buffer) =>
-    relay.onBackwardCall(link, {
-      xid: message.readUInt32BE(0),
-      version: 1,
-      message,
-      backward: true,
-      writeChunks: [],
-      replyChunk: null,
-      invHandle: 0,
-    } as never);
+  const deliver = (message: Buffer) => relay.onBackwardCall(link, inbound(message));
   return { sent, refused, deliver, stats };
 }
 
@@ -123,16 +127,7 @@ function twoClients(withC = true) {
   if (withC) sessions.bindBack(sessions.learn(sessionId(2), C, link), link);
   const relay = new BackchannelRelay(sessions, stats, undefined, (b) => released.push(b));
   const port = relay.portFor(link);
-  const deliver = (message: Buffer) =>
-    port.onCall({
-      xid: message.readUInt32BE(0),
-      version: 1,
-      message,
-      backward: true,
-      writeChunks: [],
-      replyChunk: null,
-      invHandle: 0,
-    } as never);
+  const deliver = (message: Buffer) => port.onCall(inbound(message));
   return { sent, refused, replied, released, deliver, stats, relay, port, A };
 }
 

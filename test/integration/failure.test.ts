@@ -40,6 +40,26 @@ async function lateResponder(t: ExecutionContext, port: number): Promise<{ respo
   return { responder };
 }
 
+/**
+ * A gateway whose RDMA peer is a rogue server that answered the CONNPROP granting `credit`, and a raw
+ * client connected to it; all of it torn down after the test.
+ */
+async function rogueGateway(t: ExecutionContext, credit: number) {
+  const rogue = await RoguePeer.listen(plainPrivateData());
+  const g = await startTestGateway({ peer: { host: '127.0.0.1', port: rogue.port } });
+  const peer = await rogue.peer;
+  const sock = await connectRaw(g.addresses[0].port);
+  t.teardown(async () => {
+    sock.destroy();
+    peer.close();
+    await rogue.close();
+    await g.stop(0);
+  });
+  const cp = decodeHeader(await peer.message(0));
+  peer.send(headerBytes({ version: 2, htype: 5, xid: cp.xid, credit, flags: 1, props: [] }));
+  return { g, peer, sock };
+}
+
 test('with no RDMA peer, a call is held for the hold time, then its client is disconnected, never answered', async (t) => {
   const port = await freePort();
   const g = await startTestGateway({ peer: { host: '127.0.0.1', port }, holdTimeMs: 300 });
@@ -122,18 +142,7 @@ test('held calls go out as soon as a connection is ready, not at the next router
 
 test('a call the peer refuses for good closes its client, and the calls it had waiting are never sent', async (t) => {
   // A rogue RDMA server that grants one credit and refuses the first call with RDMA2_ERR_SYSTEM.
-  const rogue = await RoguePeer.listen(plainPrivateData());
-  const g = await startTestGateway({ peer: { host: '127.0.0.1', port: rogue.port } });
-  const peer = await rogue.peer;
-  const sock = await connectRaw(g.addresses[0].port);
-  t.teardown(async () => {
-    sock.destroy();
-    peer.close();
-    await rogue.close();
-    await g.stop(0);
-  });
-  const cp = decodeHeader(await peer.message(0));
-  peer.send(headerBytes({ version: 2, htype: 5, xid: cp.xid, credit: 1, flags: 1, props: [] }));
+  const { g, peer, sock } = await rogueGateway(t, 1);
   // Three calls in one write: with one credit the second and third wait in the router.
   sock.write(
     Buffer.concat(
@@ -159,22 +168,11 @@ test('a call the peer refuses for good closes its client, and the calls it had w
 });
 
 test('a reply whose RPC message is empty closes its client with the reason; its call slot and record come back', async (t) => {
-  const rogue = await RoguePeer.listen(plainPrivateData());
-  const g = await startTestGateway({ peer: { host: '127.0.0.1', port: rogue.port } });
-  const peer = await rogue.peer;
-  const sock = await connectRaw(g.addresses[0].port);
+  const { g, peer, sock } = await rogueGateway(t, 32);
   let closed = false;
   sock.on('close', () => {
     closed = true;
   });
-  t.teardown(async () => {
-    sock.destroy();
-    peer.close();
-    await rogue.close();
-    await g.stop(0);
-  });
-  const cp = decodeHeader(await peer.message(0));
-  peer.send(headerBytes({ version: 2, htype: 5, xid: cp.xid, credit: 32, flags: 1, props: [] }));
   // A procedure its binding does not know: its reply size is unbounded, so a Reply chunk is offered.
   sock.write(framedCall(0x1234, TEST_PROGRAM, TEST_VERSION, 77));
   const h = decodeHeader(await peer.message(1));
@@ -204,21 +202,10 @@ test('a reply whose RPC message is empty closes its client with the reason; its 
 });
 
 test('a call the client sends again while the first is in flight is not sent twice; the first reply answers it', async (t) => {
-  const rogue = await RoguePeer.listen(plainPrivateData());
-  const g = await startTestGateway({ peer: { host: '127.0.0.1', port: rogue.port } });
-  const peer = await rogue.peer;
-  const sock = await connectRaw(g.addresses[0].port);
+  const { g, peer, sock } = await rogueGateway(t, 8);
   const replies: Buffer[] = [];
   const decoder = new RecordDecoder((r) => replies.push(r));
   sock.on('data', (d) => decoder.push(d));
-  t.teardown(async () => {
-    sock.destroy();
-    peer.close();
-    await rogue.close();
-    await g.stop(0);
-  });
-  const cp = decodeHeader(await peer.message(0));
-  peer.send(headerBytes({ version: 2, htype: 5, xid: cp.xid, credit: 8, flags: 1, props: [] }));
   const echo = (xid: number, text: string) =>
     framedCall(
       xid,

@@ -170,6 +170,22 @@ test('a call of RPC version 3 the gateway answers itself gets RPC_MISMATCH 2..2,
   t.is(s.dispatch?.unavailable, 0);
 });
 
+/** A frontend on a free loopback port whose records go to `dispatcher`, sharing `pool`; closed after the test. */
+async function frontendFor(
+  t: import('ava').ExecutionContext,
+  dispatcher: Dispatcher,
+  pool: BufferPool,
+): Promise<number> {
+  const server = new FrontendServer({
+    listen: [{ host: '127.0.0.1', port: 0 }],
+    handler: dispatcher,
+    recordPool: pool,
+  });
+  const [{ port }] = await server.listen();
+  t.teardown(() => server.close({ drainTimeoutMs: 0 }));
+  return port;
+}
+
 test('records of the calls the gateway answers itself go back to the record pool; a routed one stays out', async (t) => {
   const pool = new BufferPool();
   const routed: Buffer[] = [];
@@ -189,13 +205,7 @@ test('records of the calls the gateway answers itself go back to the record pool
     local: new Map([[PORTMAP_PROGRAM, new Portmapper(() => [])]]),
     recordPool: pool,
   });
-  const server = new FrontendServer({
-    listen: [{ host: '127.0.0.1', port: 0 }],
-    handler: dispatcher,
-    recordPool: pool,
-  });
-  const [{ port }] = await server.listen();
-  t.teardown(() => server.close({ drainTimeoutMs: 0 }));
+  const port = await frontendFor(t, dispatcher, pool);
   // Each call carries 8 KiB of arguments, so its record is a buffer of the pool.
   const args = Buffer.alloc(8 * 1024, 5);
   const rpcVersion3 = framedCall(3, 0x4000_0001, 1, 0, args);
@@ -245,16 +255,8 @@ test('tcp route: a forwarded record goes back to the record pool once its reply 
     tcp: passthrough,
     recordPool: pool,
   });
-  const server = new FrontendServer({
-    listen: [{ host: '127.0.0.1', port: 0 }],
-    handler: dispatcher,
-    recordPool: pool,
-  });
-  const [{ port }] = await server.listen();
-  t.teardown(async () => {
-    await server.close({ drainTimeoutMs: 0 });
-    await passthrough.close();
-  });
+  t.teardown(() => passthrough.close());
+  const port = await frontendFor(t, dispatcher, pool);
   const rpc = await RpcClient.connect({ host: '127.0.0.1', port });
   t.teardown(() => rpc.close());
   const echo = new TestProgramClient(rpc);
