@@ -36,7 +36,13 @@ EventSource::EventSource(const Napi::CallbackInfo& info)
   if (fd_ < 0) ThrowErrno(env, errno, "eventfd");
   batch_ref_ = Napi::Persistent(batch);
   on_batch_ = Napi::Persistent(fn);
-  watcher_.Start(env, registry(), fd_, OnReadable, this);
+  // A constructor that throws runs neither its destructor nor the finalizer: the eventfd goes here.
+  try {
+    watcher_.Start(env, registry(), fd_, OnReadable, this);
+  } catch (...) {
+    Release();
+    throw;
+  }
 }
 
 void EventSource::Release() {
