@@ -5,6 +5,7 @@
  * lifetime, and teardown of live objects when a worker thread exits.
  */
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { Worker } from 'node:worker_threads';
@@ -95,6 +96,39 @@ test.serial('addon memory is freed when its ArrayBuffer is collected', async (t)
   }
   t.true(a.bufferStats().count <= before);
 });
+
+/** Whether the page at `addr` lies in a mapping whose VmFlags include `dc` (MADV_DONTFORK). */
+function doNotCopy(addr: number): boolean {
+  let inside = false;
+  for (const line of readFileSync('/proc/self/smaps', 'utf8').split('\n')) {
+    const m = /^([0-9a-f]+)-([0-9a-f]+) /.exec(line);
+    if (m) inside = addr >= Number.parseInt(m[1], 16) && addr < Number.parseInt(m[2], 16);
+    else if (inside && line.startsWith('VmFlags:')) return / dc( |$)/.test(line);
+  }
+  return false;
+}
+
+test.serial(
+  'freed addon memory is no longer MADV_DONTFORK (malloc reuses it for fork/exec argv)',
+  async (t) => {
+    const a = requireAddon();
+    const before = a.bufferStats().count;
+    // Small buffers come from a malloc arena (not an mmap that free would unmap), where the mark would stay.
+    const addrs = (() => {
+      const out: number[] = [];
+      for (let i = 0; i < 64; i++) out.push(a.testing.addressOf(a.allocBuffer(4096)));
+      return out;
+    })();
+    t.true(addrs.every(doNotCopy), 'the live buffers are marked');
+    for (let i = 0; i < 20 && a.bufferStats().count > before; i++) {
+      gc();
+      await new Promise((r) => setImmediate(r));
+    }
+    t.true(a.bufferStats().count <= before);
+    const still = addrs.filter(doNotCopy);
+    t.is(still.length, 0, `freed pages still do-not-copy: ${still.map((x) => x.toString(16)).join(' ')}`);
+  },
+);
 
 test('errno errors carry code, errno and syscall, with the strerror text', (t) => {
   const a = requireAddon();

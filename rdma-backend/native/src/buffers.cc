@@ -36,17 +36,30 @@ size_t page_size() {
   return p;
 }
 
+// Gives whole pages marked MADV_DONTFORK back to malloc. madvise(2): MADV_DONTFORK lasts until
+// MADV_DOFORK, so without undoing it the pages would stay do-not-copy inside the malloc heap; a later
+// malloc there (libuv's uv_spawn builds argv/env in malloc'd memory and the child reads them between
+// fork and exec) would be missing from every forked child, which then faults. If the flag cannot be
+// cleared the memory is leaked rather than handed to malloc.
+void ReleasePages(void* data, size_t rounded) {
+  if (madvise(data, rounded, MADV_DOFORK) != 0) return;
+  std::free(data);
+}
+
 void FreeBuffer(Napi::Env, void* data) {
   auto& a = allocations();
+  size_t rounded = 0;
   {
     std::lock_guard<std::mutex> lock(a.mu);
     auto it = a.by_start.find(static_cast<const char*>(data));
     if (it != a.by_start.end()) {
+      rounded = it->second;
       a.bytes -= it->second;
       a.by_start.erase(it);
     }
   }
-  std::free(data);
+  // Every pointer reaching here was recorded by AllocBuffer; an unknown one is not ours to free.
+  if (rounded > 0) ReleasePages(data, rounded);
 }
 
 }  // namespace
@@ -75,7 +88,8 @@ size_t AddonBufferCount() {
 
 // allocBuffer(size): an ArrayBuffer of `size` bytes at a page boundary, zero-filled, backed by whole
 // pages marked MADV_DONTFORK (a forked child never shares pinned pages, so a child_process spawn cannot
-// trigger copy-on-write on registered memory — the old ibv_fork_init hazard).
+// trigger copy-on-write on registered memory — the old ibv_fork_init hazard). The flag is cleared again
+// (MADV_DOFORK) before the pages go back to malloc: see ReleasePages.
 Napi::Value AllocBuffer(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   double size = ArgNumber(info, 0, "size");
@@ -90,7 +104,7 @@ Napi::Value AllocBuffer(const Napi::CallbackInfo& info) {
   std::memset(data, 0, rounded);
   if (madvise(data, rounded, MADV_DONTFORK) != 0) {
     int err = errno;
-    std::free(data);
+    ReleasePages(data, rounded);  // part of the range may have been marked before the failure
     ThrowErrno(env, err, "madvise(MADV_DONTFORK)");
   }
   {

@@ -150,7 +150,13 @@ CmChannel::CmChannel(const Napi::CallbackInfo& info)
     channel_ = nullptr;
     ThrowErrno(env, rc, "fcntl(rdma_cm fd, O_NONBLOCK)");
   }
-  watcher_.Start(env, registry(), channel_->fd, OnReadable, this);
+  // A constructor that throws runs neither its destructor nor the finalizer: the channel goes here.
+  try {
+    watcher_.Start(env, registry(), channel_->fd, OnReadable, this);
+  } catch (...) {
+    Release();
+    throw;
+  }
 }
 
 void CmChannel::Release() {

@@ -36,7 +36,13 @@ EventSource::EventSource(const Napi::CallbackInfo& info)
   if (fd_ < 0) ThrowErrno(env, errno, "eventfd");
   batch_ref_ = Napi::Persistent(batch);
   on_batch_ = Napi::Persistent(fn);
-  watcher_.Start(env, registry(), fd_, OnReadable, this);
+  // A constructor that throws runs neither its destructor nor the finalizer: the eventfd goes here.
+  try {
+    watcher_.Start(env, registry(), fd_, OnReadable, this);
+  } catch (...) {
+    Release();
+    throw;
+  }
 }
 
 void EventSource::Release() {
@@ -168,6 +174,14 @@ Napi::Value LiveResources(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), r != nullptr ? static_cast<double>(r->live_count()) : 0);
 }
 
+// addressOf(arrayBuffer): the address of its data, as a number (page addresses of x86-64 and arm64 user
+// space fit in 2^53), so a test can find the buffer's mapping in /proc/self/smaps.
+Napi::Value AddressOf(const Napi::CallbackInfo& info) {
+  if (info.Length() < 1 || !info[0].IsArrayBuffer()) ThrowArg(info.Env(), "arrayBuffer must be an ArrayBuffer");
+  auto addr = reinterpret_cast<uintptr_t>(info[0].As<Napi::ArrayBuffer>().Data());
+  return Napi::Number::New(info.Env(), static_cast<double>(addr));
+}
+
 Napi::Object TestingExports(Napi::Env env) {
   Napi::Object t = Napi::Object::New(env);
   Napi::Function es = EventSource::Define(env);
@@ -177,6 +191,7 @@ Napi::Object TestingExports(Napi::Env env) {
   t.Set("parseRecvWrs", Napi::Function::New<ParseRecvWrs>(env, "parseRecvWrs"));
   t.Set("errnoError", Napi::Function::New<MakeErrnoError>(env, "errnoError"));
   t.Set("liveResources", Napi::Function::New<LiveResources>(env, "liveResources"));
+  t.Set("addressOf", Napi::Function::New<AddressOf>(env, "addressOf"));
   // recordTeardownFailure(call, errno): what a failed teardown call inside a Release() records.
   t.Set("recordTeardownFailure", Napi::Function::New(env, [](const Napi::CallbackInfo& info) -> Napi::Value {
           RecordTeardownFailure(info[0].As<Napi::String>().Utf8Value().c_str(), ArgI32(info, 1, "errno"));

@@ -442,9 +442,15 @@ Napi::Value Mr::Rereg(const Napi::CallbackInfo& info) {
   ibv_mr* fresh = ibv_reg_mr(pd, addr, length, access_);  // registered before the old one goes: no gap
   if (fresh == nullptr) ThrowErrno(env, errno != 0 ? errno : ENOMEM, "ibv_reg_mr");
   int rc = ibv_dereg_mr(old);
+  if (rc != 0) {
+    // ibv_dereg_mr(3) failed: the old registration is still there and still pinned. It stays this
+    // object's (destroy() or the finalizer retries it) and the fresh one goes, so no registration is left
+    // without an owner; the caller sees the rekey fail with the old keys still in force.
+    CheckTeardown("ibv_dereg_mr", ibv_dereg_mr(fresh));
+    ThrowErrno(env, rc, "ibv_dereg_mr");
+  }
   mr_ = fresh;
   SetKeys();
-  if (rc != 0) ThrowErrno(env, rc, "ibv_dereg_mr");
   return env.Undefined();
 }
 
@@ -528,32 +534,47 @@ Cq::Cq(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Cq>(info), Resource(in
   static uint32_t next_id = 1;
   uint32_t id = next_id++;
 
+  errno = 0;
   channel_ = ibv_create_comp_channel(ctx);
   if (channel_ == nullptr) ThrowErrno(env, errno != 0 ? errno : ENOMEM, "ibv_create_comp_channel");
+  const char* failed = "fcntl(completion channel fd, O_NONBLOCK)";
   int rc = SetNonBlocking(channel_->fd);
   if (rc == 0) {
     // cq_context carries an id so IBV_EVENT_CQ_ERR can name the CQ to JS
+    failed = "ibv_create_cq";
+    errno = 0;
     cq_ = ibv_create_cq(ctx, static_cast<int>(cqe), reinterpret_cast<void*>(static_cast<uintptr_t>(id)), channel_, 0);
     if (cq_ == nullptr) rc = errno != 0 ? errno : ENOMEM;
   }
-  if (rc == 0 && drain_on_wake_) rc = ibv_req_notify_cq(cq_, 0);
+  if (rc == 0 && drain_on_wake_) {
+    failed = "ibv_req_notify_cq";
+    rc = ibv_req_notify_cq(cq_, 0);
+  }
   if (rc != 0) {
-    if (cq_ != nullptr) ibv_destroy_cq(cq_);
-    ibv_destroy_comp_channel(channel_);
+    if (cq_ != nullptr) CheckTeardown("ibv_destroy_cq", ibv_destroy_cq(cq_));
+    CheckTeardown("ibv_destroy_comp_channel", ibv_destroy_comp_channel(channel_));
     cq_ = nullptr;
     channel_ = nullptr;
-    ThrowErrno(env, rc, "ibv_create_cq");
+    ThrowErrno(env, rc, failed);
   }
   parent_ref_ = Napi::Persistent(info[1].As<Napi::Object>());
   parent_->AddChild();
-  completions_ref_ = Napi::Persistent(completions);
-  completions_ = completions.Data();
-  capacity_ = static_cast<uint32_t>(completions.ElementLength() / wc::kStride);
-  wcs_.resize(capacity_);
-  on_completions_ = Napi::Persistent(info[4].As<Napi::Function>());
-  info.This().As<Napi::Object>().Set("cqe", Napi::Number::New(env, cq_->cqe));
-  info.This().As<Napi::Object>().Set("id", Napi::Number::New(env, id));
-  watcher_.Start(env, registry(), channel_->fd, OnReadable, this);
+  // From here a throw (uv_poll_init, or an environment shutting down) must undo the CQ, the channel and
+  // the parent's child count: a C++ constructor that throws never runs its destructor nor the finalizer,
+  // so nothing else would, and Context.close() would refuse for ever.
+  try {
+    completions_ref_ = Napi::Persistent(completions);
+    completions_ = completions.Data();
+    capacity_ = static_cast<uint32_t>(completions.ElementLength() / wc::kStride);
+    wcs_.resize(capacity_);
+    on_completions_ = Napi::Persistent(info[4].As<Napi::Function>());
+    info.This().As<Napi::Object>().Set("cqe", Napi::Number::New(env, cq_->cqe));
+    info.This().As<Napi::Object>().Set("id", Napi::Number::New(env, id));
+    watcher_.Start(env, registry(), channel_->fd, OnReadable, this);
+  } catch (...) {
+    Release();
+    throw;
+  }
 }
 
 void Cq::AckEvents() {

@@ -253,6 +253,7 @@ export interface RdmaNativeAddon {
     ): { wrId: bigint; numSge: number; totalLength: number }[];
     errnoError(errno: number, call: string): Error & { code: string; errno: number; syscall: string };
     liveResources(): number;
+    addressOf(buffer: ArrayBuffer): number;
     recordTeardownFailure(call: string, errno: number): void;
   };
 }

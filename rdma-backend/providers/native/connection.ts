@@ -28,6 +28,8 @@ export interface ConnectionHost {
   readonly name: string;
   readonly layout: Layout;
   readonly defaultIrdOrd: { ird: number; ord: number };
+  /** The device's max_qp_rd_atom (our IRD's ceiling) and max_qp_init_rd_atom (our ORD's). */
+  readonly caps: { readonly maxIrd: number; readonly maxOrd: number };
   createId(owner: CmIdOwner): NativeCmId;
   /** Routes the events of an id rdma_cm created (an incoming connection) to `owner`. */
   adopt(id: NativeCmId, owner: CmIdOwner): void;
@@ -37,6 +39,43 @@ export interface ConnectionHost {
 /** Receives the CM events of one id. */
 export interface CmIdOwner {
   onCmEvent(ev: NativeCmEvent): void;
+}
+
+/** The initiator's IRD and ORD, as a connect request event carries them. */
+export interface PeerIrdOrd {
+  ird: number;
+  ord: number;
+}
+
+/**
+ * The IRD/ORD of a connect request's initiator, from the event's fields. rdma_get_cm_event(3): in a
+ * connect request, `responder_resources` "matches the initiator depth specified by the remote node" (its
+ * ORD) and `initiator_depth` "matches the responder resources specified by the remote node" (its IRD):
+ * the CM names them from the recipient's side.
+ */
+export function requestIrdOrd(ev: Pick<NativeCmEvent, 'responderResources' | 'initiatorDepth'>): PeerIrdOrd {
+  return { ird: ev.initiatorDepth ?? 0, ord: ev.responderResources ?? 0 };
+}
+
+/**
+ * The passive side's rdma_accept limits, which are also the connection's IRD/ORD (on IB the ESTABLISHED
+ * event of the passive side carries zeros, so nothing later corrects them). rdma_accept(3):
+ * initiator_depth "must be less than or equal to the local RDMA device attribute max_qp_init_rd_atom and
+ * the initiator_depth value reported in the connect request event" (the peer's IRD) — librdmacm puts an
+ * explicit depth straight into the QP's max_rd_atomic, so a larger one would let us issue Reads the peer
+ * has no resources for; responder_resources must be ≤ max_qp_rd_atom.
+ */
+export function acceptIrdOrd(
+  want: Pick<ConnParam, 'ird' | 'ord'>,
+  defaults: { ird: number; ord: number },
+  caps: { maxIrd: number; maxOrd: number },
+  peer: PeerIrdOrd,
+): { ird: number; ord: number } {
+  // A value outside [0, 255] is left for the addon to refuse (rdma_conn_param's fields are u8).
+  return {
+    ird: Math.min(want.ird ?? defaults.ird, caps.maxIrd),
+    ord: Math.min(want.ord ?? defaults.ord, caps.maxOrd, peer.ird),
+  };
 }
 
 function eventError(ev: NativeCmEvent): Error {
@@ -60,6 +99,8 @@ export class NativeConnection implements Connection, CmIdOwner {
     init: QpInit,
     private readonly param: ConnParam = {},
     private readonly timeoutMs = 10_000,
+    /** Passive side: the connect request's initiator IRD/ORD (undefined on the active side). */
+    private readonly peer?: PeerIrdOrd,
   ) {
     this.onEvent = init.onEvent;
     this.qp = new NativeQueuePair(host.layout, init.pd, init.sendCq, init.recvCq, init.cap);
@@ -147,9 +188,13 @@ export class NativeConnection implements Connection, CmIdOwner {
         return;
       case CmEventType.ESTABLISHED:
         this.connected = true;
-        // Our ORD is the initiator depth, our IRD the responder resources, as negotiated by the CM.
-        this.ord = ev.initiatorDepth ?? this.ord;
-        this.ird = ev.responderResources ?? this.ird;
+        // Active side: the event comes from the REP, whose values the CM reports from our side (our ORD
+        // is the initiator depth, our IRD the responder resources). Passive side: ord/ird were set by
+        // accept(); on IB this event (IB_CM_RTU_RECEIVED in the kernel's cma_ib_handler) carries zeros.
+        if (!this.peer) {
+          this.ord = ev.initiatorDepth ?? this.ord;
+          this.ird = ev.responderResources ?? this.ird;
+        }
         this.emit({ type: CmEventType.ESTABLISHED, privateData: ev.privateData ?? Buffer.alloc(0) });
         return;
       case CmEventType.REJECTED:
@@ -184,16 +229,23 @@ export class NativeConnection implements Connection, CmIdOwner {
 
   accept(param: ConnParam = {}): void {
     if (this.destroyed) throw new VerbsError('VERBS_DESTROYED', 'the connection is destroyed', {});
-    const d = this.host.defaultIrdOrd;
+    const limits = acceptIrdOrd(
+      param,
+      this.host.defaultIrdOrd,
+      this.host.caps,
+      this.peer ?? { ird: 0, ord: 0 },
+    );
     try {
       this.id.accept({
         privateData: param.privateData,
-        responderResources: param.ird ?? d.ird,
-        initiatorDepth: param.ord ?? d.ord,
+        responderResources: limits.ird,
+        initiatorDepth: limits.ord,
       });
     } catch (e) {
       throw toVerbsError(e, 'accept');
     }
+    this.ird = limits.ird;
+    this.ord = limits.ord;
   }
 
   disconnect(): void {
@@ -234,15 +286,19 @@ export class NativeConnectRequest implements ConnectRequest {
     this.remoteAddress = peer?.address ?? '';
     this.remotePort = peer?.port ?? 0;
     this.privateData = ev.privateData ?? Buffer.alloc(0);
-    // The initiator's IRD/ORD as carried by the CM request.
-    this.ird = ev.responderResources ?? 0;
-    this.ord = ev.initiatorDepth ?? 0;
+    // The initiator's IRD/ORD as carried by the CM request (named from our side in the event).
+    const peerLimits = requestIrdOrd(ev);
+    this.ird = peerLimits.ird;
+    this.ord = peerLimits.ord;
   }
 
   createConnection(init: QpInit): Connection {
     if (this.used) throw new VerbsError('VERBS_INVALID_STATE', 'this request was already answered', {});
     this.used = true;
-    const conn = new NativeConnection(this.host, this.id, init);
+    const conn = new NativeConnection(this.host, this.id, init, {}, undefined, {
+      ird: this.ird,
+      ord: this.ord,
+    });
     this.host.adopt(this.id, conn);
     try {
       conn.createQpNow();

@@ -29,8 +29,13 @@ export class NativeCompletionQueue implements CompletionQueue {
   ) {
     this.stride = addon.layout.WC_STRIDE;
     this.words = new Uint32Array(POLL_BATCH * this.stride);
+    // The addon keeps the callback in a strong reference (a GC root) for as long as the native CQ lives,
+    // and the native CQ lives as long as this wrapper: a callback capturing `this` would make a cycle
+    // through that root, and a CQ dropped without destroy() would never reach its finalizer. Whoever
+    // still uses the CQ (a queue pair, the transport) holds this wrapper.
+    const self = new WeakRef(this);
     try {
-      this.native = context.createCq(depth, this.words, () => this.onWake(), false);
+      this.native = context.createCq(depth, this.words, () => self.deref()?.onWake(), false);
     } catch (e) {
       throw toVerbsError(e, 'createCq');
     }

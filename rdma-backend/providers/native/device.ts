@@ -70,13 +70,25 @@ export function capsFromAttrs(a: DeviceAttrs): DeviceCaps {
   };
 }
 
+/**
+ * Devices with connections or listeners. The addon holds the device's callbacks (async events, CM
+ * events) only through WeakRefs (so an idle device dropped without close() reaches the finalizers of its
+ * context and channel); a busy device is kept here instead, as an open socket stays alive without a
+ * reference, or its connections would stop getting events when their user keeps none.
+ */
+const busyDevices = new Set<NativeDevice>();
+
 export class NativeDevice implements Device, ConnectionHost {
   readonly caps: DeviceCaps;
   readonly layout: Layout;
   readonly defaultIrdOrd: { ird: number; ord: number };
   private channel: NativeCmChannel | undefined;
   private readonly owners = new Map<NativeCmId, CmIdOwner>();
-  private readonly cqs = new Map<number, NativeCompletionQueue>();
+  /** By native id, for IBV_EVENT_CQ_ERR; weak, so that a CQ dropped without destroy() can be collected. */
+  private readonly cqs = new Map<number, WeakRef<NativeCompletionQueue>>();
+  private readonly cqGone = new FinalizationRegistry<number>((id) => {
+    if (this.cqs.get(id)?.deref() === undefined) this.cqs.delete(id);
+  });
   private closed = false;
 
   constructor(
@@ -90,8 +102,11 @@ export class NativeDevice implements Device, ConnectionHost {
       ird: Math.min(DEFAULT_RD_ATOM, this.caps.maxIrd),
       ord: Math.min(DEFAULT_RD_ATOM, this.caps.maxOrd),
     };
+    // Through a WeakRef: the addon's strong reference to the callback must not keep this device alive
+    // (see busyDevices).
+    const self = new WeakRef(this);
     context.watchAsyncEvents((type, element) => {
-      if (type === IBV_EVENT_CQ_ERR) this.cqs.get(element)?.markOverrun();
+      if (type === IBV_EVENT_CQ_ERR) self.deref()?.cqs.get(element)?.deref()?.markOverrun();
     });
   }
 
@@ -135,7 +150,8 @@ export class NativeDevice implements Device, ConnectionHost {
     const cq = new NativeCompletionQueue(this.addon, this.context, depth, (c) =>
       this.cqs.delete(c.native.id),
     );
-    this.cqs.set(cq.native.id, cq);
+    this.cqs.set(cq.native.id, new WeakRef(cq));
+    this.cqGone.register(cq, cq.native.id);
     return cq;
   }
 
@@ -144,7 +160,8 @@ export class NativeDevice implements Device, ConnectionHost {
   private cmChannel(): NativeCmChannel {
     if (!this.channel) {
       try {
-        this.channel = this.addon.createCmChannel((events) => this.dispatch(events));
+        const self = new WeakRef(this);
+        this.channel = this.addon.createCmChannel((events) => self.deref()?.dispatch(events));
       } catch (e) {
         throw toVerbsError(e, 'rdma_create_event_channel');
       }
@@ -176,6 +193,8 @@ export class NativeDevice implements Device, ConnectionHost {
   private updateRef(): void {
     // Connections and listeners keep the process alive, like sockets; an idle device does not.
     this.channel?.setRef(this.owners.size > 0);
+    if (this.owners.size > 0) busyDevices.add(this);
+    else busyDevices.delete(this);
   }
 
   createId(owner: CmIdOwner): NativeCmId {

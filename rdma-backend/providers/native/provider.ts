@@ -4,9 +4,10 @@
  * VerbsProvider whose `listDevices`/`openDevice` reject with NativeUnavailableError when it cannot.
  */
 import type { Device, VerbsProvider } from '../../verbs/index.js';
-import { loadAddon, type RdmaNativeAddon } from './addon.js';
+import { loadAddon, type NativeContext, type RdmaNativeAddon } from './addon.js';
 import { NativeDevice } from './device.js';
 import { type AddonError, isAddonError, NativeUnavailableError, noDeviceError } from './errors.js';
+import { SharedContexts } from './shared-context.js';
 
 export type NativeAvailability =
   | { available: true; devices: string[] }
@@ -69,12 +70,26 @@ function openError(e: unknown, name: string): Error {
   return e;
 }
 
-export function createNativeProvider(): VerbsProvider {
+/** Per addon (one per environment): every provider of this environment shares its device contexts. */
+const sharedContexts = new WeakMap<RdmaNativeAddon, SharedContexts>();
+
+function contextsOf(addon: RdmaNativeAddon): SharedContexts {
+  let s = sharedContexts.get(addon);
+  if (!s) {
+    s = new SharedContexts((name) => addon.openDevice(name));
+    sharedContexts.set(addon, s);
+  }
+  return s;
+}
+
+/** `addon` replaces the loaded addon (tests, with a stand-in). */
+export function createNativeProvider(options: { addon?: RdmaNativeAddon } = {}): VerbsProvider {
+  const getAddon = () => options.addon ?? addonOrThrow();
   return {
     name: 'native',
-    listDevices: async () => deviceNames(addonOrThrow()),
+    listDevices: async () => deviceNames(getAddon()),
     openDevice: async (name?: string): Promise<Device> => {
-      const addon = addonOrThrow();
+      const addon = getAddon();
       const names = deviceNames(addon);
       const chosen = name ?? names[0];
       if (!names.includes(chosen)) {
@@ -87,9 +102,18 @@ export function createNativeProvider(): VerbsProvider {
           },
         );
       }
+      // Opening a device twice in one process (the gateway with an embedded peer) shares its context:
+      // see shared-context.ts.
+      let context: NativeContext | undefined;
       try {
-        return new NativeDevice(addon, addon.openDevice(chosen), chosen);
+        context = contextsOf(addon).acquire(chosen);
+        return new NativeDevice(addon, context, chosen);
       } catch (e) {
+        try {
+          context?.close();
+        } catch {
+          // the open failure is the one to report
+        }
         throw openError(e, chosen);
       }
     },
