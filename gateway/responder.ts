@@ -143,7 +143,7 @@ export class Responder {
     const bound = { host: this.listener.host, port: this.listener.port };
     const idleMs = this.o.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
     if (idleMs > 0) {
-      this.idleSweep = setInterval(() => this.closeIdle(idleMs), idleMs);
+      this.idleSweep = setInterval(() => this.sweepIdle(), idleMs);
       this.idleSweep.unref();
     }
     this.log.info({ listen: bound, upstream: this.o.upstream }, 'responder listening');
@@ -210,9 +210,11 @@ export class Responder {
    * for the requester's pull, callbacks out). Of the others, one that carried traffic (a call, a reply, a
    * callback or its reply) since the last sweep is only unmarked; one unmarked at the last sweep is closed,
    * a period or more after its last traffic. Closing it ends its upstream TCP connection too; the
-   * requester reconnects.
+   * requester reconnects. The timer calls it every `idleTimeoutMs`; tests call it to place sweeps exactly
+   * (the timers of a loaded machine would decide their outcome otherwise).
    */
-  private closeIdle(idleTimeoutMs: number): void {
+  sweepIdle(): void {
+    const idleTimeoutMs = this.o.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
     for (const l of this.links) {
       const conn = l.conn;
       if (!conn || conn.state === 'closed') continue;

@@ -102,22 +102,27 @@ const runBench = (args: string[], env?: Record<string, string>) => runScript(RUN
 
 const resultFiles = () => (existsSync(RESULTS) ? readdirSync(RESULTS).length : 0);
 
-test('the bench refuses a bad argument before running anything, and --help prints the usage', async (t) => {
-  const before = resultFiles();
-  const bad = await runBench(['--only', 'protocol', '--bogus']);
-  t.is(bad.code, 2);
-  t.regex(bad.stderr, /^bench: unknown argument --bogus\nusage: npm run bench/);
-  t.notRegex(bad.stderr, /\[bench\] protocol/, 'no suite ran');
-  t.is(bad.stdout, '');
-  const unknown = await runBench(['--only', 'protocol,scenarioz']);
-  t.is(unknown.code, 2);
-  t.regex(unknown.stderr, /^bench: no suite named scenarioz; suites: .*\bscenarios\b/);
-  t.notRegex(unknown.stderr, /\[bench\] protocol/, 'not even the suite that exists ran');
-  const help = await runBench(['--help']);
-  t.is(help.code, 0);
-  t.is(help.stdout, `${BENCH_USAGE}\n`);
-  t.is(resultFiles(), before, 'neither run wrote a result file');
-});
+// Serial, so before the concurrent tests of this file: it counts the result files, and the run of
+// 'a run records the BENCH_* settings…' writes one.
+test.serial(
+  'the bench refuses a bad argument before running anything, and --help prints the usage',
+  async (t) => {
+    const before = resultFiles();
+    const bad = await runBench(['--only', 'protocol', '--bogus']);
+    t.is(bad.code, 2);
+    t.regex(bad.stderr, /^bench: unknown argument --bogus\nusage: npm run bench/);
+    t.notRegex(bad.stderr, /\[bench\] protocol/, 'no suite ran');
+    t.is(bad.stdout, '');
+    const unknown = await runBench(['--only', 'protocol,scenarioz']);
+    t.is(unknown.code, 2);
+    t.regex(unknown.stderr, /^bench: no suite named scenarioz; suites: .*\bscenarios\b/);
+    t.notRegex(unknown.stderr, /\[bench\] protocol/, 'not even the suite that exists ran');
+    const help = await runBench(['--help']);
+    t.is(help.code, 0);
+    t.is(help.stdout, `${BENCH_USAGE}\n`);
+    t.is(resultFiles(), before, 'neither run wrote a result file');
+  },
+);
 
 const native = nativeAvailability();
 const noNative = native.available ? test.skip : test;

@@ -366,6 +366,12 @@ test('a connection the device cannot accept is rejected at once, its upstream li
  * A responder (`idleTimeoutMs`, `maxConnections`) before an upstream that answers at once, except the XIDs in
  * `hold`; `connect` opens a negotiated connection to it, closed at teardown.
  */
+/**
+ * An idle timeout whose timer never fires within a test: the test places each sweep itself
+ * (`Responder.sweepIdle()`), so that a loaded machine's timers cannot decide the outcome.
+ */
+const MANUAL_SWEEPS = 3_600_000;
+
 async function testResponder(
   t: import('ava').ExecutionContext,
   o: { idleTimeoutMs?: number; maxConnections?: number; hold?: Set<number> } = {},
@@ -509,8 +515,7 @@ test('the idle reaper closes a peer that completes the MPA exchange and never se
 });
 
 test('a pool whose idle connection the responder reaps reconnects and serves the next call', async (t) => {
-  const IDLE = 300;
-  const w = await testResponder(t, { idleTimeoutMs: IDLE });
+  const w = await testResponder(t, { idleTimeoutMs: MANUAL_SWEEPS });
   const outcomes = new Outcomes();
   const pool = new ConnectionPool({
     device: await createSoftProvider().openDevice(),
@@ -525,7 +530,10 @@ test('a pool whose idle connection the responder reaps reconnects and serves the
   await pool.start();
   pool.submit(call(1));
   await waitFor(() => outcomes.replies.length === 1, 'the first reply');
-  await waitFor(() => w.responder.stats.idleClosed === 1, 'reaped', 4 * IDLE + 2000);
+  w.responder.sweepIdle(); // its reply marked it: unmarked
+  t.is(w.responder.stats.idleClosed, 0);
+  w.responder.sweepIdle(); // no traffic since: closed
+  t.is(w.responder.stats.idleClosed, 1);
   await waitFor(
     () => pool.snapshot().slots[0].reconnects === 1 && pool.snapshot().ready === 1,
     'reconnected',
@@ -537,17 +545,22 @@ test('a pool whose idle connection the responder reaps reconnects and serves the
 });
 
 test('a reply is traffic: a connection is reaped a period or more after its last reply, not at the next sweep', async (t) => {
-  const IDLE = 400;
-  const w = await testResponder(t, { idleTimeoutMs: IDLE, hold: new Set([600]) });
+  const w = await testResponder(t, { idleTimeoutMs: MANUAL_SWEEPS, hold: new Set([600]) });
   const outcomes = new Outcomes();
   const conn = await w.connect(outcomes);
-  conn.submit(call(600)); // held at the upstream across two sweeps (which unmark the link)
-  await new Promise((r) => setTimeout(r, w.listenedAt + 2.85 * IDLE - Date.now()));
-  const repliedAt = Date.now();
-  w.answer(600); // just before the third sweep
+  conn.submit(call(600));
+  await waitFor(() => w.u.received.length === 1, 'the call held at the upstream');
+  // Sweeps while it is held leave the connection alone (a call at the upstream).
+  for (let i = 0; i < 3; i++) w.responder.sweepIdle();
+  t.is(w.responder.stats.idleClosed, 0);
+  w.answer(600);
   await waitFor(() => outcomes.replies.length === 1, 'the reply');
-  await waitFor(() => conn.state === 'closed', 'reaped once idle', 4 * IDLE + 2000);
-  t.true(Date.now() - repliedAt >= IDLE - 15, `reaped ${Date.now() - repliedAt} ms after its reply`);
+  w.responder.sweepIdle(); // the first sweep after the reply only unmarks it
+  t.is(w.responder.stats.idleClosed, 0, 'not reaped at the next sweep after its reply');
+  t.is(conn.state, 'ready');
+  w.responder.sweepIdle();
+  t.is(w.responder.stats.idleClosed, 1, 'reaped a period after its reply');
+  await waitFor(() => conn.state === 'closed', 'closed');
   t.is(outcomes.failures.length, 0);
 });
 
@@ -663,8 +676,7 @@ test('a reaped link whose upstream never closes its side goes anyway, lingerMs a
 });
 
 test('a call whose Read chunk is still being pulled is not reaped, however many sweeps pass', async (t) => {
-  const IDLE = 300;
-  const w = await testResponder(t, { idleTimeoutMs: IDLE });
+  const w = await testResponder(t, { idleTimeoutMs: MANUAL_SWEEPS });
   const outcomes = new Outcomes();
   const conn = await w.connect(outcomes);
   const server = w.responder.rdmaConnections()[0] as unknown as RpcRdmaConnection & { ord: number };
@@ -680,7 +692,7 @@ test('a call whose Read chunk is still being pulled is not reaped, however many 
   };
   conn.submit(withChunk);
   await waitFor(() => server.inboundActive === 1, 'the call waiting for its Read chunk');
-  await new Promise((r) => setTimeout(r, 3.5 * IDLE));
+  for (let i = 0; i < 3; i++) w.responder.sweepIdle();
   t.is(w.responder.stats.idleClosed, 0, 'not reaped while its chunk is being pulled');
   t.is(conn.state, 'ready');
   server.ord = ord;
