@@ -36,7 +36,11 @@ function serve(): Promise<{ child: ChildProcess; port: number; output: () => str
   );
   let out = '';
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`serve-test-program did not start: ${out}`)), 10_000);
+    const timer = setTimeout(() => {
+      // The test fails; the server must not outlive it (one that starts late would stay behind).
+      child.kill('SIGKILL');
+      reject(new Error(`serve-test-program did not start: ${out}`));
+    }, 10_000);
     const onData = (d: Buffer) => {
       out += d.toString();
       const m = /listening on 127\.0\.0\.1:(\d+)/.exec(out);
