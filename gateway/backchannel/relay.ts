@@ -265,8 +265,9 @@ function anyBackClient(link: ConnectionLink): ClientState | null {
 }
 
 /**
- * Where a callback whose session cannot be read goes (RPCSEC_GSS privacy): only where there is no
- * choice, one client with back channels on its connection; with more, any choice would be a guess.
+ * Where a callback whose session cannot be read (RPCSEC_GSS privacy), or an RPCSEC_GSS callback naming
+ * none (CB_NULL), goes: only where there is no choice, one client with back channels on its connection;
+ * with more, any choice would be a guess.
  */
 function onlyBackClient(link: ConnectionLink): ClientState | null {
   let only: ClientState | null = null;
