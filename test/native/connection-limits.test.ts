@@ -7,7 +7,6 @@
  */
 import test from 'ava';
 import type {
-  Layout,
   NativeCmEvent,
   NativeCmId,
   NativeConnParam,
@@ -19,16 +18,9 @@ import {
   requestIrdOrd,
 } from '../../rdma-backend/providers/native/connection.js';
 import { CmEventType, type CompletionQueue, type ProtectionDomain } from '../../rdma-backend/verbs/index.js';
+import { FAKE_LAYOUT } from './native-helpers.js';
 
-const layout: Layout = {
-  LAYOUT_VERSION: 0,
-  MAX_SGE: 4,
-  SEND_WR_STRIDE: 32,
-  SEND_WR_SGE: 16,
-  RECV_WR_STRIDE: 24,
-  RECV_WR_SGE: 8,
-  WC_STRIDE: 10,
-};
+const layout = FAKE_LAYOUT;
 
 function fakeHost(caps = { maxIrd: 16, maxOrd: 16 }): ConnectionHost {
   return {

@@ -9,7 +9,6 @@
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import type {
-  DeviceAttrs,
   EventSource,
   NativeCmEvent,
   NativeCmId,
@@ -20,7 +19,7 @@ import type {
 import { NativeCompletionQueue } from '../../rdma-backend/providers/native/cq.js';
 import { NativeDevice } from '../../rdma-backend/providers/native/device.js';
 import { CmEventType, type ConnectRequest } from '../../rdma-backend/verbs/index.js';
-import { addonTest, requireAddon } from './native-helpers.js';
+import { addonTest, fakeDeviceAttrs, requireAddon } from './native-helpers.js';
 
 const test = addonTest();
 
@@ -35,23 +34,7 @@ async function collect(done: () => boolean): Promise<void> {
   }
 }
 
-const attrs = {
-  name: 'fake0',
-  transportType: 0,
-  maxMrSize: 2 ** 40,
-  maxQp: 1024,
-  maxQpWr: 1024,
-  deviceCapFlags: 0,
-  maxSge: 4,
-  maxSgeRd: 4,
-  maxCq: 1024,
-  maxCqe: 4096,
-  maxMr: 1024,
-  maxPd: 16,
-  maxQpRdAtom: 16,
-  maxQpInitRdAtom: 16,
-  maxMw: 0,
-} as DeviceAttrs;
+const attrs = fakeDeviceAttrs('fake0');
 
 let nextCqId = 1;
 

@@ -6,7 +6,12 @@
  */
 import { existsSync, readdirSync } from 'node:fs';
 import test from 'ava';
-import { loadAddon, type RdmaNativeAddon } from '../../rdma-backend/providers/native/addon.js';
+import {
+  type DeviceAttrs,
+  type Layout,
+  loadAddon,
+  type RdmaNativeAddon,
+} from '../../rdma-backend/providers/native/addon.js';
 import { inCI } from '../helpers/peers.js';
 
 export const load = loadAddon();
@@ -45,3 +50,35 @@ export function kernelHasRdmaDevice(): boolean {
   if (!existsSync(dir)) return false;
   return readdirSync(dir).some((n) => n.startsWith('uverbs'));
 }
+
+/** What a stand-in device's `query()` answers: a small IB-like device (tests of the TypeScript side). */
+export function fakeDeviceAttrs(name: string): DeviceAttrs {
+  return {
+    name,
+    transportType: 0,
+    maxMrSize: 2 ** 40,
+    maxQp: 1024,
+    maxQpWr: 1024,
+    deviceCapFlags: 0,
+    maxSge: 4,
+    maxSgeRd: 4,
+    maxCq: 1024,
+    maxCqe: 4096,
+    maxMr: 1024,
+    maxPd: 16,
+    maxQpRdAtom: 16,
+    maxQpInitRdAtom: 16,
+    maxMw: 0,
+  } as DeviceAttrs;
+}
+
+/** A stand-in addon's record layout (the TypeScript side only reads its strides). */
+export const FAKE_LAYOUT: Layout = {
+  LAYOUT_VERSION: 1,
+  MAX_SGE: 4,
+  SEND_WR_STRIDE: 32,
+  SEND_WR_SGE: 16,
+  RECV_WR_STRIDE: 24,
+  RECV_WR_SGE: 8,
+  WC_STRIDE: 10,
+};

@@ -5,30 +5,11 @@
  * (uv_poll_init), as on hardware.
  */
 import test from 'ava';
-import type {
-  DeviceAttrs,
-  NativeContext,
-  RdmaNativeAddon,
-} from '../../rdma-backend/providers/native/addon.js';
+import type { NativeContext, RdmaNativeAddon } from '../../rdma-backend/providers/native/addon.js';
 import { createNativeProvider } from '../../rdma-backend/providers/native/index.js';
+import { FAKE_LAYOUT, fakeDeviceAttrs } from './native-helpers.js';
 
-const attrs = {
-  name: 'rxe0',
-  transportType: 0,
-  maxMrSize: 2 ** 40,
-  maxQp: 1024,
-  maxQpWr: 1024,
-  deviceCapFlags: 0,
-  maxSge: 4,
-  maxSgeRd: 4,
-  maxCq: 1024,
-  maxCqe: 4096,
-  maxMr: 1024,
-  maxPd: 16,
-  maxQpRdAtom: 16,
-  maxQpInitRdAtom: 16,
-  maxMw: 0,
-} as DeviceAttrs;
+const attrs = fakeDeviceAttrs('rxe0');
 
 let cqIds = 0;
 
@@ -39,15 +20,7 @@ function standIn() {
     watcher: undefined as ((type: number, element: number) => void) | undefined,
   };
   const addon = {
-    layout: {
-      LAYOUT_VERSION: 1,
-      MAX_SGE: 4,
-      SEND_WR_STRIDE: 32,
-      SEND_WR_SGE: 16,
-      RECV_WR_STRIDE: 24,
-      RECV_WR_SGE: 8,
-      WC_STRIDE: 10,
-    },
+    layout: FAKE_LAYOUT,
     listDevices: () => [{ name: 'rxe0', nodeType: 1, transportType: 0, guid: '0' }],
     openDevice: (): NativeContext => {
       s.opened++;
