@@ -363,25 +363,27 @@ test('a connection the device cannot accept is rejected at once, its upstream li
 });
 
 /**
- * A responder (`idleTimeoutMs`, `maxConnections`) before an upstream that answers at once, except the XIDs in
- * `hold`; `connect` opens a negotiated connection to it, closed at teardown.
- */
-/**
  * An idle timeout whose timer never fires within a test: the test places each sweep itself
  * (`Responder.sweepIdle()`), so that a loaded machine's timers cannot decide the outcome.
  */
 const MANUAL_SWEEPS = 3_600_000;
 
+/**
+ * A responder (`idleTimeoutMs`, `maxConnections`) before an upstream that answers at once with
+ * `replyBytes` of result (default 4), except the XIDs in `hold`; `connect` opens a negotiated connection
+ * to it, closed at teardown.
+ */
 async function testResponder(
   t: import('ava').ExecutionContext,
-  o: { idleTimeoutMs?: number; maxConnections?: number; hold?: Set<number> } = {},
+  o: { idleTimeoutMs?: number; maxConnections?: number; hold?: Set<number>; replyBytes?: number } = {},
 ) {
   const hold = o.hold ?? new Set<number>();
   const held = new Map<number, Socket>();
+  const result = Buffer.alloc(o.replyBytes ?? 4, 1);
   const u = await upstream((s, record) => {
     const xid = record.readUInt32BE(0);
     if (hold.has(xid)) held.set(xid, s);
-    else s.write(Buffer.concat(frameRecord(reply(xid, Buffer.alloc(4)))));
+    else s.write(Buffer.concat(frameRecord(reply(xid, result))));
   });
   const { logger, lines } = captureLogger();
   const responder = new Responder({
@@ -567,22 +569,9 @@ test('a reply is traffic: a connection is reaped a period or more after its last
 });
 
 test('a reply exposed for the requester to pull (responder-provided Read chunk) is not cut off by a sweep: the call runs once', async (t) => {
-  const seen: number[] = [];
-  const u = await upstream((s, record) => {
-    const xid = record.readUInt32BE(0);
-    seen.push(xid);
-    // With 64 KiB the call left no room for: the reply is exposed for the requester to pull.
-    s.write(Buffer.concat(frameRecord(reply(xid, Buffer.alloc(64 * 1024, 1)))));
-  });
-  const responder = new Responder({
-    device: await createSoftProvider().openDevice(),
-    host: '127.0.0.1',
-    port: 0,
-    upstream: { host: '127.0.0.1', port: u.port },
-    registry: defaultRegistry(),
-    idleTimeoutMs: MANUAL_SWEEPS,
-  });
-  const { port } = await responder.listen();
+  // With 64 KiB the call left no room for: the reply is exposed for the requester to pull.
+  const w = await testResponder(t, { idleTimeoutMs: MANUAL_SWEEPS, replyBytes: 64 * 1024 });
+  const { responder, port } = w;
   const conns: RpcRdmaConnection[] = [];
   const got: number[] = [];
   const failed: string[] = [];
@@ -605,12 +594,7 @@ test('a reply exposed for the requester to pull (responder-provided Read chunk) 
       },
     },
   });
-  t.teardown(async () => {
-    pool?.close();
-    await responder.close(500);
-    u.server.close();
-    for (const s of u.sockets) s.destroy();
-  });
+  w.open.push(pool);
   await pool.start();
   await waitFor(() => conns.length === 1 && conns[0].state === 'ready', 'ready');
   // The requester's pull is held back (its Read credits taken) while sweeps pass.
@@ -627,7 +611,11 @@ test('a reply exposed for the requester to pull (responder-provided Read chunk) 
   requester.ord = ord;
   pumpReads(conns[0]);
   await waitFor(() => got.length === 1, 'the reply');
-  t.deepEqual(seen, [7], 'the upstream ran the call once');
+  t.deepEqual(
+    w.u.received.map((r) => r.readUInt32BE(0)),
+    [7],
+    'the upstream ran the call once',
+  );
   t.deepEqual(failed, []);
 });
 
