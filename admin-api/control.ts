@@ -205,6 +205,12 @@ export interface RpcCounters {
   callsByClass: Record<string, number>;
   /** Gauge. */
   inFlight: number;
+  /**
+   * Gauges: replies kept for clients that went away with calls in flight, until they come back from the
+   * same address and port and send those calls again (`frontend.resumeWindowMs`), and their bytes.
+   */
+  heldReplies?: number;
+  heldReplyBytes?: number;
   /** Calls that waited for a credit. */
   creditStalls?: number;
   latency?: HistogramData;

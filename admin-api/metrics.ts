@@ -238,6 +238,20 @@ export function renderGatewayMetrics({
     'RPC calls forwarded and not yet answered.',
     single(rpc.inFlight),
   );
+  if (rpc.heldReplies !== undefined)
+    w.family(
+      `${P}rpc_held_replies`,
+      'gauge',
+      'Replies kept for clients that went away with calls in flight, for their retransmissions from the same address and port.',
+      single(rpc.heldReplies),
+    );
+  if (rpc.heldReplyBytes !== undefined)
+    w.family(
+      `${P}rpc_held_reply_bytes`,
+      'gauge',
+      'Bytes of the held replies (frontend.resumeMaxBytes bounds them), with 128 of overhead each.',
+      single(rpc.heldReplyBytes),
+    );
   if (rpc.creditStalls !== undefined)
     w.family(
       `${P}rpc_credit_stalls_total`,

@@ -216,6 +216,8 @@ export const Stats = Type.Object({
       replies: Counts('replies by status'),
       callsByClass: Counts('calls by class'),
       inFlight: Int(),
+      heldReplies: Type.Optional(Int('replies kept for departed clients (frontend.resumeWindowMs)')),
+      heldReplyBytes: Type.Optional(Int('their bytes, counted with 128 of overhead each')),
       creditStalls: Type.Optional(Int()),
       latency: Type.Optional(Histogram),
       backchannelCalls: Type.Optional(Int()),

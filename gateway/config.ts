@@ -22,7 +22,7 @@ import {
   DEFAULT_IDLE_TIMEOUT_MS as DEFAULT_RESPONDER_IDLE_TIMEOUT_MS,
   DEFAULT_MAX_CONNECTIONS as DEFAULT_RESPONDER_MAX_CONNECTIONS,
 } from './responder.js';
-import { DEFAULT_MAX_REPLY_BYTES } from './router.js';
+import { DEFAULT_MAX_REPLY_BYTES, DEFAULT_RESUME_MAX_BYTES, DEFAULT_RESUME_WINDOW_MS } from './router.js';
 
 /** The port NFS uses (RFC 7530 §3.1): the gateway is a drop-in NFS endpoint. */
 export const DEFAULT_FRONTEND_PORT = 2049;
@@ -43,6 +43,10 @@ export interface GatewayConfig {
     maxCallsInFlight: number;
     /** Reply bytes one client may have coming and unsent (`Router`'s reply room). */
     maxReplyBytes: number;
+    /** How long a departed client's calls in flight and their replies are kept for its return (`Router`). */
+    resumeWindowMs: number;
+    /** Reply bytes kept for departed clients, all together. */
+    resumeMaxBytes: number;
     idleTimeoutMs: number;
     recordTimeoutMs: number;
     /** Client networks allowed to connect (CIDR); empty: everyone. */
@@ -160,6 +164,18 @@ export const CONFIG_SCHEMA: readonly KeyDef[] = [
     kind: { type: 'size', min: 64 * 1024, max: 0x7fff_ffff },
     default: DEFAULT_MAX_REPLY_BYTES,
     doc: 'Reply bytes one client may have coming (its calls in flight on every route together, each at its largest possible reply; 4 MiB + 64 KiB when the binding cannot bound it, and on a tcp route) plus written and not yet taken by its socket; a call beyond waits until the client reads (one always goes). Bounds what a client that does not read its replies costs the gateway.',
+  },
+  {
+    key: 'frontend.resumeWindowMs',
+    kind: { type: 'int', min: 0, max: 3_600_000 },
+    default: DEFAULT_RESUME_WINDOW_MS,
+    doc: "How long the calls in flight of a client that went away, and the replies that come for them, are kept for the client's return from the same address and port: its retransmission of one (same XID, same bytes) is answered by that reply instead of running again at the server under a new gateway XID, as the server's duplicate request cache would have answered it (0: off).",
+  },
+  {
+    key: 'frontend.resumeMaxBytes',
+    kind: { type: 'size', min: 0, max: 0x7fff_ffff },
+    default: DEFAULT_RESUME_MAX_BYTES,
+    doc: "Reply bytes kept for clients that went away (`frontend.resumeWindowMs`), all together; beyond, the oldest departures' replies are dropped and their retransmissions go to the server again.",
   },
   {
     key: 'frontend.idleTimeoutMs',

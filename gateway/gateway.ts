@@ -220,6 +220,8 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     tickMs: o.routerTickMs,
     callbackTimeoutMs: o.callbackTimeoutMs,
     maxReplyBytes: config.frontend.maxReplyBytes,
+    resumeWindowMs: config.frontend.resumeWindowMs,
+    resumeMaxBytes: config.frontend.resumeMaxBytes,
     // A reply the ULB cannot bound can be as large as the Reply chunk the transport offers.
     unknownReplyBytes: transport.maxChunkSize,
   });

@@ -52,6 +52,14 @@ import { RoomParty } from './reply-room.js';
 import { type CallRecord, CallRecordPool, type ConnectionLink } from './router/call-record.js';
 import { CallStats } from './router/call-stats.js';
 import { ClientRing, ClientState } from './router/client-state.js';
+import {
+  createDepartedStats,
+  DepartedCalls,
+  type DepartedStats,
+  endpointOf,
+  type HeldCall,
+  Match,
+} from './router/departed.js';
 import { SessionTable } from './router/sessions.js';
 import type { UlbRegistry } from './ulb/registry.js';
 import { SessionOp, SessionReply, sessionOfReply, sessionOpOfCall } from './ulb/sessions.js';
@@ -92,14 +100,26 @@ export interface RouterOptions {
    * accepts (the Reply chunk it offers). Default 4 MiB + 64 KiB.
    */
   unknownReplyBytes?: number;
+  /**
+   * How long the calls of a client that went away with calls in flight are kept for its return from
+   * the same address and port (router/departed.ts): a retransmission is adopted, or answered with the
+   * reply that came meanwhile, instead of running again under a new gateway XID. 0 disables. Default
+   * 60 s.
+   */
+  resumeWindowMs?: number;
+  /** Reply bytes held for departed clients, all together. Default 16 MiB. */
+  resumeMaxBytes?: number;
 }
 
 /** Defaults of `RouterOptions.maxReplyBytes` and `unknownReplyBytes`. */
 export const DEFAULT_MAX_REPLY_BYTES = 64 * 1024 * 1024;
 const DEFAULT_UNKNOWN_REPLY_BYTES = 4 * 1024 * 1024 + 64 * 1024;
+/** Defaults of `RouterOptions.resumeWindowMs` and `resumeMaxBytes`. */
+export const DEFAULT_RESUME_WINDOW_MS = 60_000;
+export const DEFAULT_RESUME_MAX_BYTES = 16 * 1024 * 1024;
 
 /** Counters (monotonic) and gauges (current values) of the router, as plain numbers. */
-export interface RouterStats extends BackchannelStats {
+export interface RouterStats extends BackchannelStats, DepartedStats {
   calls: number;
   replies: number;
   /** Replies for clients that had gone away: consumed and released. */
@@ -160,6 +180,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     refused: 0,
     malformed: 0,
     ...createBackchannelStats(),
+    ...createDepartedStats(),
     sessionsLearned: 0,
     sessionsDestroyed: 0,
     sessionsDropped: 0,
@@ -201,6 +222,10 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   };
   private readonly linkOf = new Map<RpcRdmaConnection, ConnectionLink>();
   private readonly sessions = new SessionTable();
+  /** Calls of clients that left with calls in flight, kept for their return (router/departed.ts). */
+  private readonly departed: DepartedCalls;
+  /** `departed.match`'s out-parameter (one, reused). */
+  private readonly matched: { held: HeldCall | null } = { held: null };
   /** Connections the operator took out of rotation (`setOffline`), also before their link exists. */
   private readonly offline = new Set<RpcRdmaConnection>();
   /**
@@ -234,6 +259,11 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       options.recordPool?.release,
     );
     this.records = new CallRecordPool(options.recordPool?.release);
+    this.departed = new DepartedCalls(
+      options.resumeWindowMs ?? DEFAULT_RESUME_WINDOW_MS,
+      options.resumeMaxBytes ?? DEFAULT_RESUME_MAX_BYTES,
+      this.stats,
+    );
   }
 
   /** Routes calls over `pool` (whose requester handler must be this router) and starts the tick. */
@@ -260,6 +290,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     this.timer = null;
     this.stopWatchingPool?.();
     this.stopWatchingPool = null;
+    this.departed.clear();
   }
 
   /**
@@ -300,6 +331,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       client = new ClientState(conn);
       conn.context = client;
       this.clients.add(client);
+      if (this.departed.size > 0)
+        client.resumeFrom = this.departed.find(endpointOf(conn.remoteAddress, conn.remotePort));
     }
     if (record.length < 8) {
       this.malformed(conn, 'a record too short to be an RPC message', record.length);
@@ -326,6 +359,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       conn.release();
       return;
     }
+    if (client.resumeFrom !== null && this.resume(client, clientXid, record)) return;
     const r = this.records.take();
     const now = performance.now();
     r.arrivedAt = now;
@@ -354,8 +388,50 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     for (let r = client.shift(); r !== null; r = client.shift()) {
       this.stats.queued--;
       this.stats.droppedQueued++;
+      client.xids.delete(r.clientXid);
       this.records.give(r);
     }
+    // What is left in its XID table is in flight: kept for its return.
+    if (this.departed.enabled && client.xids.size > 0)
+      this.departed.depart(client, endpointOf(conn.remoteAddress, conn.remotePort), performance.now());
+  }
+
+  /**
+   * Whether `record` (a call of a client that came back from the address and port of one that left) is
+   * the retransmission of a kept call: then it is adopted (the reply in flight will answer it here) or
+   * answered with the reply that came meanwhile, and true is returned; the record is given back either
+   * way, since the kept call's own bytes are what went or goes to the server.
+   */
+  private resume(client: ClientState, clientXid: number, record: Buffer): boolean {
+    const d = client.resumeFrom as NonNullable<ClientState['resumeFrom']>;
+    const match = this.departed.match(d, clientXid, record, this.matched);
+    if (this.departed.find(d.endpoint) !== d) client.resumeFrom = null; // nothing left to resume
+    if (match === Match.NONE) return false;
+    const held = this.matched.held as HeldCall;
+    this.matched.held = null;
+    this.recordPool?.release(record);
+    const conn = client.conn;
+    client.calls++;
+    if (match === Match.ANSWERED) {
+      client.replies++;
+      this.stats.replies++;
+      this.one[0] = held.reply as Buffer;
+      conn.sendReply(this.one);
+      this.one[0] = EMPTY;
+      held.reply = null;
+      return true;
+    }
+    const r = held.record as CallRecord;
+    held.record = null;
+    const gone = r.client as ClientState;
+    gone.inFlight--;
+    gone.xids.delete(clientXid);
+    gone.conn.releaseReplyRoom(r.replyReserve, RoomParty.RDMA);
+    r.client = client;
+    client.inFlight++;
+    client.xids.set(clientXid, r);
+    conn.reserveReplyRoom(r.replyReserve);
+    return true;
   }
 
   /** Asks the ULB about the call; a header that does not decode is forwarded as it is (the server answers). */
@@ -573,7 +649,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     this.unlink(r);
     const client = r.client as ClientState;
     if (client.closed) {
-      this.stats.orphanedReplies++;
+      // Kept (copied) for the client's return from the same address and port, or dropped.
+      if (client.departure === null || !this.departed.hold(r, reply)) this.stats.orphanedReplies++;
       this.recordPool?.release(reply);
     } else {
       // A SEQUENCE reply is read only for a session the router does not know (see sessionReply).
@@ -607,6 +684,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     this.unlink(r);
     const client = r.client as ClientState;
     if (client.closed) {
+      // Not sent again for a client that is gone: its retransmission, if it comes back, goes afresh.
+      if (client.departure !== null) this.departed.release(r);
       this.records.give(r);
       this.pump();
       return;
@@ -796,7 +875,9 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
 
   private tick(): void {
     this.refreshLinks();
-    this.backchannel.expire(performance.now());
+    const now = performance.now();
+    this.backchannel.expire(now);
+    this.departed.expire(now);
     if (this.stats.queued > 0) {
       this.expireHeld();
       // A safety net only: replies, drains and the flush watch (`watchUnsent`) wake a waiting client.

@@ -6,6 +6,7 @@ import { U32Map } from '../../common/u32-map.js';
 import type { FrontendConnection } from '../../tcp-frontend/server.js';
 import type { PendingCallback } from '../backchannel/relay.js';
 import type { CallRecord } from './call-record.js';
+import type { Departure } from './departed.js';
 import type { Session } from './sessions.js';
 
 export class ClientState {
@@ -32,6 +33,13 @@ export class ClientState {
    * is the client retransmitting it, answered by the original's reply.
    */
   readonly xids = new U32Map<CallRecord>();
+  /** It left with calls in flight, kept here for its return (router/departed.ts). */
+  departure: Departure | null = null;
+  /**
+   * A connection from the address and port of a client that left with calls kept: its calls are checked
+   * against them (a retransmission is adopted or answered) until none is left.
+   */
+  resumeFrom: Departure | null = null;
   /** NFSv4.1 sessions this client owns or bound through the gateway, oldest first (O(1) removal). */
   readonly sessions = new Set<Session>();
   /** It went beyond the per-client session cap once (`SessionTable`): logged once, not per session. */

@@ -3,9 +3,10 @@
  * reconnects and complete when the peer comes back within the hold time; past the hold time the client's
  * TCP connection is closed (it retransmits by itself) and no RPC reply is ever invented.
  */
-import { type AddressInfo, createServer } from 'node:net';
+import { once } from 'node:events';
+import { type AddressInfo, connect, createServer } from 'node:net';
 import test, { type ExecutionContext } from 'ava';
-import { defaultRegistry, transportOptions } from '../../gateway/gateway.js';
+import { defaultRegistry, type Gateway, transportOptions } from '../../gateway/gateway.js';
 import { Responder } from '../../gateway/responder.js';
 import { encodeOpaqueParts } from '../../gateway/test-program/codec.js';
 import { TEST_PROGRAM, TEST_VERSION, TestProc } from '../../gateway/test-program/constants.js';
@@ -14,10 +15,10 @@ import { decodeHeader } from '../../rdma-backend/protocol/index.js';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
 import { RecordDecoder } from '../../tcp-frontend/record-marking.js';
 import { connectRaw, framedCall, waitFor } from '../gateway/helpers.js';
-import { freePort } from '../helpers/ports.js';
+import { freePort, freePorts } from '../helpers/ports.js';
 import { plainPrivateData, RoguePeer } from '../helpers/rogue-peer.js';
 import { headerBytes, words } from '../transport/loopback.js';
-import { BASELINE, gauges, startTestGateway, testConfig } from './helpers.js';
+import { BASELINE, gauges, startTestGateway, type TestGatewayOptions, testConfig } from './helpers.js';
 
 /**
  * A responder (in front of a test-program server) for `port`, created but not listening: the peer the
@@ -44,9 +45,9 @@ async function lateResponder(t: ExecutionContext, port: number): Promise<{ respo
  * A gateway whose RDMA peer is a rogue server that answered the CONNPROP granting `credit`, and a raw
  * client connected to it; all of it torn down after the test.
  */
-async function rogueGateway(t: ExecutionContext, credit: number) {
+async function rogueGateway(t: ExecutionContext, credit: number, options: TestGatewayOptions = {}) {
   const rogue = await RoguePeer.listen(plainPrivateData());
-  const g = await startTestGateway({ peer: { host: '127.0.0.1', port: rogue.port } });
+  const g = await startTestGateway({ ...options, peer: { host: '127.0.0.1', port: rogue.port } });
   const peer = await rogue.peer;
   const sock = await connectRaw(g.addresses[0].port);
   t.teardown(async () => {
@@ -58,6 +59,54 @@ async function rogueGateway(t: ExecutionContext, credit: number) {
   const cp = decodeHeader(await peer.message(0));
   peer.send(headerBytes({ version: 2, htype: 5, xid: cp.xid, credit, flags: 1, props: [] }));
   return { g, peer, sock };
+}
+
+type Peer = Awaited<ReturnType<typeof rogueGateway>>['peer'];
+
+/** A framed ECHO call of `text` under the client's `xid`. */
+function echo(xid: number, text: string): Buffer {
+  return framedCall(
+    xid,
+    TEST_PROGRAM,
+    TEST_VERSION,
+    TestProc.ECHO,
+    Buffer.concat(encodeOpaqueParts(Buffer.from(text))),
+  );
+}
+
+/** The RPC message of the rogue peer's `n`th received message (an inline RDMA2_MSG). */
+async function callAt(peer: Peer, n: number): Promise<Buffer> {
+  const m = await peer.message(n);
+  const h = decodeHeader(m);
+  if (h.version !== 2 || h.htype !== 0) throw new Error('expected RDMA2_MSG');
+  return m.subarray(h.payloadOffset);
+}
+
+/** The rogue peer answers the call `message` it received (an accepted reply, SUCCESS, no results). */
+function answer(peer: Peer, message: Buffer): void {
+  const xid = message.readUInt32BE(0);
+  peer.send(
+    headerBytes(
+      { version: 2, htype: 0, xid, credit: 8, flags: 1, invHandle: 0, chunks: {} },
+      words(xid, 1, 0, 0, 0, 0, 0),
+    ),
+  );
+}
+
+/** A raw client of `g` from 127.0.0.1:`localPort`, collecting the replies it gets. */
+async function clientFrom(t: ExecutionContext, g: Gateway, localPort: number) {
+  const sock = connect({
+    host: '127.0.0.1',
+    port: g.addresses[0].port,
+    localAddress: '127.0.0.1',
+    localPort,
+  });
+  t.teardown(() => sock.destroy());
+  await once(sock, 'connect');
+  const replies: Buffer[] = [];
+  const decoder = new RecordDecoder((r) => replies.push(r));
+  sock.on('data', (d) => decoder.push(d));
+  return { sock, replies };
 }
 
 test('with no RDMA peer, a call is held for the hold time, then its client is disconnected, never answered', async (t) => {
@@ -206,45 +255,21 @@ test('a call the client sends again while the first is in flight is not sent twi
   const replies: Buffer[] = [];
   const decoder = new RecordDecoder((r) => replies.push(r));
   sock.on('data', (d) => decoder.push(d));
-  const echo = (xid: number, text: string) =>
-    framedCall(
-      xid,
-      TEST_PROGRAM,
-      TEST_VERSION,
-      TestProc.ECHO,
-      Buffer.concat(encodeOpaqueParts(Buffer.from(text))),
-    );
-  /** The RPC message of the peer's `n`th received message (an inline RDMA2_MSG). */
-  const callAt = async (n: number) => {
-    const m = await peer.message(n);
-    const h = decodeHeader(m);
-    if (h.version !== 2 || h.htype !== 0) throw new Error('expected RDMA2_MSG');
-    return m.subarray(h.payloadOffset);
-  };
-  const answer = (message: Buffer) => {
-    const xid = message.readUInt32BE(0);
-    peer.send(
-      headerBytes(
-        { version: 2, htype: 0, xid, credit: 8, flags: 1, invHandle: 0, chunks: {} },
-        words(xid, 1, 0, 0, 0, 0, 0),
-      ),
-    );
-  };
 
   sock.write(echo(0x55, 'first'));
-  const first = await callAt(1);
+  const first = await callAt(peer, 1);
   // The client's retransmission of 0x55 (an NFSv3 client does so after `timeo`), then a new call.
   sock.write(echo(0x55, 'first'));
   sock.write(echo(0x56, 'other'));
-  const other = await callAt(2);
+  const other = await callAt(peer, 2);
   t.true(
     other.includes(Buffer.from('other')),
     'the next call the peer got is the new one, not the retransmission',
   );
   t.is(g.router.stats.duplicatesDropped, 1);
 
-  answer(first);
-  answer(other);
+  answer(peer, first);
+  answer(peer, other);
   await waitFor(() => replies.length === 2, 'two replies');
   t.deepEqual(
     replies.map((r) => r.readUInt32BE(0)),
@@ -256,9 +281,129 @@ test('a call the client sends again while the first is in flight is not sent twi
 
   // Answered, the XID is free again: the same XID later is a new call and goes out.
   sock.write(echo(0x55, 'again'));
-  const again = await callAt(3);
+  const again = await callAt(peer, 3);
   t.true(again.includes(Buffer.from('again')));
   t.is(g.router.stats.duplicatesDropped, 1);
+});
+
+test("a client that comes back from its address and port and sends its calls again gets the first attempts' replies; nothing runs twice", async (t) => {
+  const { g, peer } = await rogueGateway(t, 8);
+  const [port] = await freePorts(1);
+  const a = await clientFrom(t, g, port);
+  a.sock.write(echo(0x71, 'in flight'));
+  const inFlight = await callAt(peer, 1);
+  a.sock.write(echo(0x72, 'answered while away'));
+  const answered = await callAt(peer, 2);
+  // The client vanishes (a reset: nothing lingers in TIME_WAIT, so it can bind its port again at once).
+  a.sock.resetAndDestroy();
+  await waitFor(() => g.router.stats.departures === 1, 'the departure recorded');
+  answer(peer, answered);
+  await waitFor(() => g.router.stats.heldReplies === 1, 'the reply held for its return');
+  t.is(g.router.stats.orphanedReplies, 0);
+
+  // Back from the same port (Linux's client binds it again so that the server's DRC knows it), it sends
+  // both calls again, then a new one: only the new one reaches the server.
+  const b = await clientFrom(t, g, port);
+  b.sock.write(
+    Buffer.concat([echo(0x71, 'in flight'), echo(0x72, 'answered while away'), echo(0x73, 'new')]),
+  );
+  const fresh = await callAt(peer, 3);
+  t.true(fresh.includes(Buffer.from('new')), 'the next call the server got is the new one');
+  await waitFor(() => b.replies.length === 1, 'the held reply');
+  t.is(b.replies[0].readUInt32BE(0), 0x72, "answered at once, in the client's XID");
+  t.deepEqual(b.replies[0].subarray(4), words(0, 1, 0, 0, 0, 0, 0).subarray(4), "the server's reply");
+  answer(peer, inFlight);
+  answer(peer, fresh);
+  await waitFor(() => b.replies.length === 3, 'the other two replies');
+  t.deepEqual(
+    b.replies.map((r) => r.readUInt32BE(0)),
+    [0x72, 0x71, 0x73],
+    "the first attempt's reply answers the adopted call",
+  );
+  const s = g.router.snapshot();
+  t.like(s, {
+    resumedInFlight: 1,
+    resumedAnswered: 1,
+    heldReplies: 0,
+    heldReplyBytes: 0,
+    orphanedReplies: 0,
+  });
+  t.is(peer.received.length, 4, 'the server saw the CONNPROP and three calls, no retransmission');
+  await waitFor(() => gauges(g).frontendCallsInFlight === 0, 'no call in flight');
+  t.deepEqual(gauges(g), BASELINE);
+});
+
+test('a call from another port, with other bytes, or after the resume window goes to the server again', async (t) => {
+  const { g, peer } = await rogueGateway(t, 8, { resumeWindowMs: 300, routerTickMs: 50 });
+  const [p1, p2, p3] = await freePorts(3);
+  const a = await clientFrom(t, g, p1);
+  a.sock.write(echo(0x81, 'call'));
+  const first = await callAt(peer, 1);
+  a.sock.resetAndDestroy();
+  await waitFor(() => g.router.stats.departures === 1, 'the departure recorded');
+
+  // Another port is another client, whatever its XID.
+  const other = await clientFrom(t, g, p2);
+  other.sock.write(echo(0x81, 'call'));
+  const second = await callAt(peer, 2);
+  t.true(second.includes(Buffer.from('call')));
+  t.not(second.readUInt32BE(0), first.readUInt32BE(0), 'under its own gateway XID');
+  // The same port and XID with other bytes is a new call (an RPCSEC_GSS retransmission is one: it
+  // carries a new sequence number): sent, and the kept call is forgotten.
+  const b = await clientFrom(t, g, p1);
+  b.sock.write(echo(0x81, 'changed'));
+  const third = await callAt(peer, 3);
+  t.true(third.includes(Buffer.from('changed')));
+  answer(peer, first);
+  await waitFor(() => g.router.stats.orphanedReplies === 1, "the forgotten call's reply dropped");
+  t.is(g.router.stats.heldReplies, 0);
+  answer(peer, second);
+  answer(peer, third);
+  await waitFor(() => other.replies.length === 1 && b.replies.length === 1, 'both answered');
+
+  // Past the window, a held reply is let go and the retransmission is sent.
+  const c = await clientFrom(t, g, p3);
+  c.sock.write(echo(0x91, 'late'));
+  const late = await callAt(peer, 4);
+  c.sock.resetAndDestroy();
+  await waitFor(() => g.router.stats.departures === 2, 'the second departure');
+  answer(peer, late);
+  await waitFor(() => g.router.stats.heldReplies === 1, 'held');
+  await waitFor(() => g.router.stats.heldReplies === 0, 'let go after the window');
+  const c2 = await clientFrom(t, g, p3);
+  c2.sock.write(echo(0x91, 'late'));
+  t.true((await callAt(peer, 5)).includes(Buffer.from('late')), 'sent again');
+  t.like(g.router.snapshot(), { resumedInFlight: 0, resumedAnswered: 0, heldReplyBytes: 0 });
+});
+
+test("replies held for departed clients stay within resumeMaxBytes: the oldest departure's go first", async (t) => {
+  // An accepted empty reply is 28 bytes, counted with 128 of overhead: room for one.
+  const { g, peer } = await rogueGateway(t, 8, { resumeMaxBytes: 200 });
+  const [p1, p2] = await freePorts(2);
+  const a = await clientFrom(t, g, p1);
+  a.sock.write(echo(0xa1, 'one'));
+  const one = await callAt(peer, 1);
+  a.sock.resetAndDestroy();
+  await waitFor(() => g.router.stats.departures === 1, 'first departure');
+  const b = await clientFrom(t, g, p2);
+  b.sock.write(echo(0xa2, 'two'));
+  const two = await callAt(peer, 2);
+  b.sock.resetAndDestroy();
+  await waitFor(() => g.router.stats.departures === 2, 'second departure');
+  answer(peer, one);
+  await waitFor(() => g.router.stats.heldReplies === 1, 'the first reply held');
+  answer(peer, two);
+  await waitFor(() => g.router.stats.heldRepliesDropped === 1, "the older departure's reply dropped");
+  t.like(g.router.snapshot(), { heldReplies: 1, heldReplyBytes: 28 + 128 });
+
+  const a2 = await clientFrom(t, g, p1);
+  a2.sock.write(echo(0xa1, 'one'));
+  t.true((await callAt(peer, 3)).includes(Buffer.from('one')), 'its retransmission goes to the server');
+  const b2 = await clientFrom(t, g, p2);
+  b2.sock.write(echo(0xa2, 'two'));
+  await waitFor(() => b2.replies.length === 1, 'answered from the held reply');
+  t.is(b2.replies[0].readUInt32BE(0), 0xa2);
+  t.like(g.router.snapshot(), { resumedAnswered: 1, heldReplies: 0, heldReplyBytes: 0 });
 });
 
 test('a call that takes down every connection it reaches is not resent for ever: its client is closed after the hold time', async (t) => {

@@ -21,6 +21,9 @@ export interface TestGatewayOptions {
   maxReplyBytes?: number;
   backoffMs?: number;
   routerTickMs?: number;
+  /** `frontend.resumeWindowMs` / `frontend.resumeMaxBytes`: what is kept for a departed client's return. */
+  resumeWindowMs?: number;
+  resumeMaxBytes?: number;
   /** Soft provider MPA CRC (`rdma.softCrc`). */
   softCrc?: boolean;
 }
@@ -35,6 +38,8 @@ export function testConfig(o: TestGatewayOptions = {}): GatewayConfig {
   if (o.peer) config.rdma.peer = o.peer;
   if (o.maxCallsInFlight) config.frontend.maxCallsInFlight = o.maxCallsInFlight;
   if (o.maxReplyBytes) config.frontend.maxReplyBytes = o.maxReplyBytes;
+  if (o.resumeWindowMs !== undefined) config.frontend.resumeWindowMs = o.resumeWindowMs;
+  if (o.resumeMaxBytes !== undefined) config.frontend.resumeMaxBytes = o.resumeMaxBytes;
   if (o.softCrc !== undefined) config.rdma.softCrc = o.softCrc;
   config.log.level = 'silent';
   return config;
