@@ -199,7 +199,9 @@ export class DepartedCalls {
     const held = d.calls.get(clientXid);
     if (held === undefined) return Match.NONE;
     let same: boolean;
-    if (held.record !== null) {
+    if (held.record !== null && held.record.client?.departure !== d) {
+      same = false; // given back and reused without `release` (a bug elsewhere): never adopt another's call
+    } else if (held.record !== null) {
       const m = held.record.message;
       same = m.length === call.length && m.compare(call, 4, call.length, 4, m.length) === 0;
     } else {

@@ -376,6 +376,40 @@ test('a call from another port, with other bytes, or after the resume window goe
   t.like(g.router.snapshot(), { resumedInFlight: 0, resumedAnswered: 0, heldReplyBytes: 0 });
 });
 
+test("a departed client's call the peer refuses is kept no more: its record, reused by another client, is never adopted", async (t) => {
+  const { g, peer } = await rogueGateway(t, 8);
+  const [p1, p2] = await freePorts(2);
+  const a = await clientFrom(t, g, p1);
+  a.sock.write(echo(0xb1, 'refused'));
+  const refused = await callAt(peer, 1);
+  a.sock.resetAndDestroy();
+  await waitFor(() => g.router.stats.departures === 1, 'the departure recorded');
+  peer.send(
+    headerBytes({
+      version: 2,
+      htype: 4,
+      xid: refused.readUInt32BE(0),
+      credit: 8,
+      flags: 1,
+      error: { code: 9 },
+    }),
+  );
+  await waitFor(() => g.router.snapshot().inFlight === 0, 'the refusal');
+  // Another client's identical call takes the freed record (the pool is LIFO)...
+  const other = await clientFrom(t, g, p2);
+  other.sock.write(echo(0xb1, 'refused'));
+  const othersCall = await callAt(peer, 2);
+  // ...and the departed client's retransmission is a new call, not an adoption of that one.
+  const b = await clientFrom(t, g, p1);
+  b.sock.write(echo(0xb1, 'refused'));
+  const retransmission = await callAt(peer, 3);
+  t.not(retransmission.readUInt32BE(0), othersCall.readUInt32BE(0));
+  answer(peer, othersCall);
+  answer(peer, retransmission);
+  await waitFor(() => other.replies.length === 1 && b.replies.length === 1, 'each answered');
+  t.like(g.router.snapshot(), { resumedInFlight: 0, resumedAnswered: 0 });
+});
+
 test("replies held for departed clients stay within resumeMaxBytes: the oldest departure's go first", async (t) => {
   // An accepted empty reply is 28 bytes, counted with 128 of overhead: room for one.
   const { g, peer } = await rogueGateway(t, 8, { resumeMaxBytes: 200 });
