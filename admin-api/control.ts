@@ -293,6 +293,8 @@ export interface RoutingCounters {
     replies: number;
     orphanedReplies: number;
     clientsClosed: number;
+    /** Calls a client sent again while the first was in flight (same XID): dropped, not forwarded twice. */
+    duplicatesDropped?: number;
     upstreamConnects: number;
     upstreamConnectFailures: number;
     upstreamLost: number;

@@ -655,6 +655,13 @@ function renderRouting(w: ExpositionWriter, r: RoutingCounters): void {
     'Clients closed because their upstream could not be reached or was lost with their calls.',
     single(p.clientsClosed),
   );
+  if (p.duplicatesDropped !== undefined)
+    w.family(
+      `${P}passthrough_duplicates_dropped_total`,
+      'counter',
+      'Calls a client sent again while the first was in flight (same XID): not forwarded twice; the first reply answers.',
+      single(p.duplicatesDropped),
+    );
   w.family(`${P}passthrough_upstream_connects_total`, 'counter', 'Upstream TCP connection attempts.', [
     [{ outcome: 'ok' }, p.upstreamConnects],
     [{ outcome: 'failed' }, p.upstreamConnectFailures],

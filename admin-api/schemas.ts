@@ -245,6 +245,7 @@ export const Stats = Type.Object({
           replies: Int(),
           orphanedReplies: Int(),
           clientsClosed: Int(),
+          duplicatesDropped: Type.Optional(Int('retransmissions of calls in flight, not forwarded twice')),
           upstreamConnects: Int(),
           upstreamConnectFailures: Int(),
           upstreamLost: Int(),

@@ -359,6 +359,7 @@ export class GatewayControlAdapter
         replies: p.replies,
         orphanedReplies: p.orphanedReplies,
         clientsClosed: p.clientsClosed,
+        duplicatesDropped: p.duplicatesDropped,
         upstreamConnects: p.upstreamConnects,
         upstreamConnectFailures: p.upstreamConnectFailures,
         upstreamLost: p.upstreamLost,

@@ -18,6 +18,7 @@
 import type { Logger } from 'pino';
 import { pino } from 'pino';
 import type { BufferPool } from '../../common/buffer-pool.js';
+import { U32Map } from '../../common/u32-map.js';
 import { AuthFlavor } from '../../rpc/constants.js';
 import { formatHostPort, type HostPort } from '../../tcp-frontend/address.js';
 import type { CallReceiver, RpcClientError, RpcReply } from '../../tcp-frontend/client.js';
@@ -34,6 +35,11 @@ export interface PassthroughStats {
   orphanedReplies: number;
   /** Clients closed because their upstream could not be reached or was lost with their calls on it. */
   clientsClosed: number;
+  /**
+   * Calls a client sent again while the first was still in flight here (same XID): dropped, the first
+   * one's reply answers both (as on the rdma route).
+   */
+  duplicatesDropped: number;
   /** Upstream connections opened, failed to open, and lost (closed with calls outstanding or not). */
   upstreamConnects: number;
   upstreamConnectFailures: number;
@@ -77,6 +83,8 @@ interface Forwarded {
   conn: FrontendConnection;
   clientXid: number;
   gss: boolean;
+  /** Its client's calls in flight on this route, by client XID (this call is in it until it is over). */
+  xids: U32Map<Forwarded>;
   link: UpstreamLink;
   xid: number;
   /** The call's record: given back to the record pool when nothing can hold it any more. */
@@ -89,6 +97,7 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
     replies: 0,
     orphanedReplies: 0,
     clientsClosed: 0,
+    duplicatesDropped: 0,
     upstreamConnects: 0,
     upstreamConnectFailures: 0,
     upstreamLost: 0,
@@ -107,6 +116,13 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
   private readonly replyUnit: number;
   /** Clients whose reading this route holds (`FrontendConnection.hold`) until there is reply room again. */
   private readonly holding = new WeakSet<FrontendConnection>();
+  /**
+   * Each client's calls in flight on this route, by its XID. A call that comes again with one of them is
+   * the client retransmitting it (after `timeo`, on the same connection): sent again under another
+   * upstream XID it would run twice, where the server's duplicate request cache would have known a
+   * retransmission on one connection. Dropped; the first call's reply answers the XID.
+   */
+  private readonly clientXids = new WeakMap<FrontendConnection, U32Map<Forwarded>>();
 
   constructor(o: PassthroughOptions) {
     this.defaultUpstream = o.defaultUpstream;
@@ -137,17 +153,30 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
       this.fail(conn, 'ERR_UPSTREAM_UNAVAILABLE', 'no upstream for the tcp route', {});
       return;
     }
+    const clientXid = record.readUInt32BE(0);
+    let xids = this.clientXids.get(conn);
+    if (xids === undefined) {
+      xids = new U32Map<Forwarded>();
+      this.clientXids.set(conn, xids);
+    } else if (xids.has(clientXid)) {
+      this.stats.duplicatesDropped++;
+      this.recordPool?.release(record);
+      conn.release();
+      return;
+    }
     this.stats.calls++;
     this.stats.inFlight++;
     this.reserve(conn);
     const f: Forwarded = {
       conn,
-      clientXid: record.readUInt32BE(0),
+      clientXid,
       gss: record.length >= 28 && record.readUInt32BE(24) === AuthFlavor.RPCSEC_GSS,
+      xids,
       link: null as unknown as UpstreamLink,
       xid: 0,
       record,
     };
+    xids.set(clientXid, f);
     const link = pool.openLink();
     if (link !== null) {
       this.send(f, link, record);
@@ -158,6 +187,7 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
       (opened) => this.send(f, opened, record),
       (err: { code?: string; message: string; details?: Record<string, unknown> }) => {
         this.stats.inFlight--;
+        over(f);
         this.recordPool?.release(record); // never written
         this.unreserve(conn);
         this.fail(conn, 'ERR_UPSTREAM_UNAVAILABLE', `upstream ${pool.target} unavailable: ${err.message}`, {
@@ -244,6 +274,7 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
     if (f.conn.closed) {
       // The client went away while the upstream connection was being made.
       this.stats.inFlight--;
+      over(f);
       this.recordPool?.release(record); // never written
       return;
     }
@@ -258,6 +289,7 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
   /** The upstream's reply to a forwarded call (`CallReceiver`). */
   onCallReply(f: Forwarded, reply: RpcReply): void {
     this.stats.inFlight--;
+    over(f);
     // Answered, so the upstream read the whole call: no write holds the record now. (A failed call's
     // record is left to the collector: its lost socket may still hold it.)
     this.recordPool?.release(f.record);
@@ -275,6 +307,7 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
   /** A forwarded call that no reply will answer (`CallReceiver`). */
   onCallFailed(f: Forwarded, err: RpcClientError): void {
     this.stats.inFlight--;
+    over(f);
     if (!f.gss) f.link.releaseXid(f.xid);
     if (f.conn.closed) return;
     this.unreserve(f.conn);
@@ -298,4 +331,9 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
     conn.log.warn({ code, ...details }, `${message}; closing the client so that it retransmits`);
     conn.destroy(code, message, details);
   }
+}
+
+/** The call is over (answered, failed, or never sent): its XID is its client's to use again. */
+function over(f: Forwarded): void {
+  if (f.xids.get(f.clientXid) === f) f.xids.delete(f.clientXid);
 }

@@ -380,6 +380,57 @@ test('tcp route: an RPCSEC_GSS call keeps its XID upstream; one whose XID is alr
   t.is(s?.inFlight, 0);
 });
 
+test('tcp route: a call the client sends again while the first is in flight is not forwarded twice; the first reply answers it', async (t) => {
+  const held: { conn: FrontendConnection; xid: number; record: Buffer }[] = [];
+  const upstream = new FrontendServer({
+    listen: [{ host: '127.0.0.1', port: 0 }],
+    handler: {
+      onRecord: (conn, record) => held.push({ conn, xid: record.readUInt32BE(0), record }),
+      onClose: () => {},
+    },
+  });
+  const [up] = await upstream.listen();
+  t.teardown(() => upstream.close({ drainTimeoutMs: 0 }));
+  const g = await gatewayWith({ routes: [`test=tcp@127.0.0.1:${up.port}`] });
+  t.teardown(() => g.stop(1000));
+  const sock = await connectRaw(g.addresses[0].port);
+  t.teardown(() => sock.destroy());
+  const replies: Buffer[] = [];
+  const decoder = new RecordDecoder((r) => replies.push(r));
+  sock.on('data', (d) => decoder.push(d));
+  const answer = (n: number) => {
+    const w = new XdrWriter(32);
+    encodeAcceptedReply(w, { xid: held[n].xid, acceptStat: AcceptStat.SUCCESS });
+    held[n].conn.sendReply([w.toBuffer()]);
+  };
+
+  sock.write(framedCall(0x41, TEST_PROGRAM, TEST_VERSION, TestProc.NULL));
+  await waitFor(() => held.length === 1, 'the call upstream');
+  // The client's retransmission of 0x41 (after `timeo`, same connection), then a new call.
+  sock.write(framedCall(0x41, TEST_PROGRAM, TEST_VERSION, TestProc.NULL));
+  sock.write(framedCall(0x42, TEST_PROGRAM, TEST_VERSION, TestProc.NULL));
+  await waitFor(() => held.length === 2, 'the next call upstream');
+  await new Promise((r) => setTimeout(r, 100));
+  t.is(held.length, 2, 'the retransmission never reached the upstream');
+  t.is(g.snapshot().passthrough?.duplicatesDropped, 1);
+  answer(0);
+  answer(1);
+  await waitFor(() => replies.length === 2, 'two replies');
+  t.deepEqual(
+    replies.map((r) => r.readUInt32BE(0)),
+    [0x41, 0x42],
+    "one reply to 0x41, in the client's XID",
+  );
+  // Answered, the XID is free again: the same XID later is a new call and goes out.
+  sock.write(framedCall(0x41, TEST_PROGRAM, TEST_VERSION, TestProc.NULL));
+  await waitFor(() => held.length === 3, 'the same XID, answered before, forwarded again');
+  answer(2);
+  await waitFor(() => replies.length === 3, 'its reply');
+  const s = g.snapshot().passthrough;
+  t.like(s, { calls: 3, replies: 3, inFlight: 0, duplicatesDropped: 1 });
+  t.is(g.frontend.stats.callsInFlight, 0, 'the dropped retransmission holds no slot');
+});
+
 test('a tcp route to an upstream that is down: the client is closed (counted, logged), no reply is made up', async (t) => {
   const dead = await freePort();
   const g = await gatewayWith({ routes: [`test=tcp@127.0.0.1:${dead}`] });
