@@ -46,6 +46,11 @@ export interface RpcClientOptions {
   callTimeoutMs?: number;
   /** Give up connecting after this many ms. Default 10 s. */
   connectTimeoutMs?: number;
+  /**
+   * Bind this source port (an NFS client reconnecting binds its previous one, so that the server's
+   * duplicate request cache knows its retransmissions). Default: any.
+   */
+  localPort?: number;
   /** Credential and verifier of `call()`; default AUTH_NONE. */
   cred?: Readonly<OpaqueAuthInit>;
   verf?: Readonly<OpaqueAuthInit>;
@@ -60,6 +65,11 @@ export interface RpcClientOptions {
 
 export interface CallOptions {
   timeoutMs?: number;
+  /**
+   * `call()`'s XID instead of the next free one: a retransmission carries its call's XID (RFC 5531 §9).
+   * It must not be outstanding on this client.
+   */
+  xid?: number;
 }
 
 /** A decoded reply. `message` is the whole reply record; `body` the results (empty unless SUCCESS). */
@@ -189,7 +199,12 @@ export class RpcClient {
   static connect(options: RpcClientOptions): Promise<RpcClient> {
     const server = formatHostPort(options.host, options.port);
     return new Promise((resolve, reject) => {
-      const socket = connect({ host: options.host, port: options.port, noDelay: true });
+      const socket = connect({
+        host: options.host,
+        port: options.port,
+        noDelay: true,
+        ...(options.localPort !== undefined ? { localPort: options.localPort } : {}),
+      });
       const timer = setTimeout(() => {
         socket.destroy();
         reject(
@@ -245,7 +260,13 @@ export class RpcClient {
     args: Buffer | readonly Buffer[] = [],
     options: CallOptions = {},
   ): Promise<RpcReply> {
-    const xid = this.allocateXid();
+    if (options.xid !== undefined && (this.pending.has(options.xid) || this.isQueued(options.xid)))
+      return Promise.reject(
+        new RpcClientError('ERR_CLIENT_XID_IN_USE', `xid ${options.xid} already has a call outstanding`, {
+          xid: options.xid,
+        }),
+      );
+    const xid = options.xid ?? this.allocateXid();
     const argParts: readonly Buffer[] = Buffer.isBuffer(args) ? [args] : args;
     let argBytes = 0;
     for (let i = 0; i < argParts.length; i++) argBytes += argParts[i].length;
@@ -335,6 +356,11 @@ export class RpcClient {
   /** Closes at once; outstanding calls fail with ERR_CLIENT_CLOSED. */
   destroy(): void {
     this.socket.destroy();
+  }
+
+  /** Closes at once with a TCP reset (a connection lost): nothing lingers in TIME_WAIT. */
+  reset(): void {
+    this.socket.resetAndDestroy();
   }
 
   /** Writes what was corked in this tick. */

@@ -32,6 +32,8 @@ export interface LoadTotals {
   resent: number;
   /** TCP reconnections of the clients. */
   reconnects: number;
+  /** Reconnections from the port the connection before had (`ResilientClient` with `sameXidAndPort`). */
+  samePortReconnects: number;
   /** Calls that failed for good (wrong bytes, or out of retries): must stay 0. */
   lost: number;
   errors: string[];
@@ -39,7 +41,16 @@ export interface LoadTotals {
 }
 
 export function newTotals(): LoadTotals {
-  return { calls: 0, completed: 0, resent: 0, reconnects: 0, lost: 0, errors: [], bytes: 0 };
+  return {
+    calls: 0,
+    completed: 0,
+    resent: 0,
+    reconnects: 0,
+    samePortReconnects: 0,
+    lost: 0,
+    errors: [],
+    bytes: 0,
+  };
 }
 
 const RETRYABLE = new Set(['ERR_CLIENT_CLOSED', 'ERR_CLIENT_CONNECT', 'ECONNREFUSED', 'ECONNRESET', 'EPIPE']);
@@ -48,16 +59,24 @@ const RETRYABLE = new Set(['ERR_CLIENT_CLOSED', 'ERR_CLIENT_CONNECT', 'ECONNREFU
  * A test-program client that, like an NFS client over TCP, reconnects when the server closes its
  * connection and sends again every call that had no reply. A reply with wrong content is never retried:
  * it is a lost call.
+ *
+ * With `sameXidAndPort` it resends as Linux's client does: each retransmission carries its call's XID,
+ * and a reconnection binds the source port of the connection before (xprtsock keeps it, so that the
+ * server's duplicate request cache knows the retransmissions); when that port cannot be had, any.
  */
 export class ResilientClient {
   private client: TestProgramClient | null = null;
   private connecting: Promise<TestProgramClient> | null = null;
+  /** The source port of the last connection (0: none yet). */
+  private localPort = 0;
+  private nextXid = (Math.random() * 0x1_0000_0000) >>> 0;
 
   constructor(
     private readonly host: string,
     private readonly port: () => number,
     private readonly totals: LoadTotals,
     private readonly maxAttempts = 40,
+    private readonly sameXidAndPort = false,
   ) {}
 
   /** The current connection, opened on first use and after a close. */
@@ -65,10 +84,22 @@ export class ResilientClient {
     if (this.client && !this.client.rpc.closed) return this.client;
     if (!this.connecting) {
       const wasConnected = this.client !== null;
-      this.connecting = TestProgramClient.connect({ host: this.host, port: this.port() }).then(
+      const options = { host: this.host, port: this.port() };
+      const samePort = this.sameXidAndPort && this.localPort !== 0;
+      const connected = samePort
+        ? TestProgramClient.connect({ ...options, localPort: this.localPort }).then(
+            (c) => {
+              this.totals.samePortReconnects++;
+              return c;
+            },
+            () => TestProgramClient.connect(options),
+          )
+        : TestProgramClient.connect(options);
+      this.connecting = connected.then(
         (c) => {
           this.client = c;
           this.connecting = null;
+          this.localPort = c.rpc.localPort;
           if (wasConnected) this.totals.reconnects++;
           return c;
         },
@@ -88,6 +119,7 @@ export class ResilientClient {
     // The arguments are built once: a retransmission carries the same bytes.
     const data =
       kind === 'SOURCE' ? Buffer.alloc(0) : kind === 'ECHO' ? randomBytes(size) : Buffer.alloc(size, seed);
+    const options = this.sameXidAndPort ? { xid: this.takeXid() } : undefined;
     for (let attempt = 0; attempt < this.maxAttempts; attempt++) {
       if (attempt > 0) {
         this.totals.resent++;
@@ -95,9 +127,9 @@ export class ResilientClient {
       }
       try {
         const c = await this.current();
-        if (kind === 'ECHO') await c.echo(data);
-        else if (kind === 'SINK') await c.sink(data);
-        else await c.source(size, seed);
+        if (kind === 'ECHO') await c.echo(data, options);
+        else if (kind === 'SINK') await c.sink(data, options);
+        else await c.source(size, seed, options);
         this.totals.completed++;
         return true;
       } catch (err) {
@@ -114,9 +146,19 @@ export class ResilientClient {
     return false;
   }
 
-  /** Drops the TCP connection at once, calls in flight included (they are resent on a new one). */
+  /**
+   * Drops the TCP connection at once, calls in flight included (they are resent on a new one); with
+   * `sameXidAndPort` by a reset, as a lost connection, so that its port can be bound again at once.
+   */
   drop(): void {
-    this.client?.rpc.destroy();
+    if (this.sameXidAndPort) this.client?.rpc.reset();
+    else this.client?.rpc.destroy();
+  }
+
+  private takeXid(): number {
+    const xid = this.nextXid;
+    this.nextXid = (xid + 1) >>> 0;
+    return xid;
   }
 
   close(): void {
