@@ -249,7 +249,7 @@ export function renderGatewayMetrics({
     w.family(
       `${P}rpc_held_reply_bytes`,
       'gauge',
-      'Bytes of the held replies (frontend.resumeMaxBytes bounds them), with 128 of overhead each.',
+      'Bytes of the held replies (frontend.resumeMaxBytes bounds them), with 1 KiB of overhead each.',
       single(rpc.heldReplyBytes),
     );
   if (rpc.creditStalls !== undefined)

@@ -217,7 +217,7 @@ export const Stats = Type.Object({
       callsByClass: Counts('calls by class'),
       inFlight: Int(),
       heldReplies: Type.Optional(Int('replies kept for departed clients (frontend.resumeWindowMs)')),
-      heldReplyBytes: Type.Optional(Int('their bytes, counted with 128 of overhead each')),
+      heldReplyBytes: Type.Optional(Int('their bytes, counted with 1 KiB of overhead each')),
       creditStalls: Type.Optional(Int()),
       latency: Type.Optional(Histogram),
       backchannelCalls: Type.Optional(Int()),

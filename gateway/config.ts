@@ -169,13 +169,13 @@ export const CONFIG_SCHEMA: readonly KeyDef[] = [
     key: 'frontend.resumeWindowMs',
     kind: { type: 'int', min: 0, max: 3_600_000 },
     default: DEFAULT_RESUME_WINDOW_MS,
-    doc: "How long the calls in flight of a client that went away, and the replies that come for them, are kept for the client's return from the same address and port: its retransmission of one (same XID, same bytes) is answered by that reply instead of running again at the server under a new gateway XID, as the server's duplicate request cache would have answered it (0: off).",
+    doc: "How long the calls of a client that went away (in flight, answered while it is away, or answered in its last 5 s) are kept for its return from the same address and port: its retransmission of one is answered by the first attempt's reply, or sent again under the first gateway XID on the same RDMA connection for the server's duplicate request cache, instead of running again under a new gateway XID (0: off).",
   },
   {
     key: 'frontend.resumeMaxBytes',
     kind: { type: 'size', min: 0, max: 0x7fff_ffff },
     default: DEFAULT_RESUME_MAX_BYTES,
-    doc: "Reply bytes kept for clients that went away (`frontend.resumeWindowMs`), all together; beyond, the oldest departures' replies are dropped and their retransmissions go to the server again.",
+    doc: "Memory for the replies kept for clients that went away (`frontend.resumeWindowMs`), all together: each reply's bytes and 1 KiB for its entry; only replies of calls that change state are kept. Beyond, the oldest departures' replies are dropped and their retransmissions go to the server again.",
   },
   {
     key: 'frontend.idleTimeoutMs',

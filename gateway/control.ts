@@ -311,6 +311,7 @@ export class GatewayControlAdapter
           departures: r.departures,
           resumed_in_flight: r.resumedInFlight,
           resumed_answered: r.resumedAnswered,
+          resumed_sent: r.resumedSent,
           held_replies_dropped: r.heldRepliesDropped,
           hold_expired: r.holdExpired,
           refused: r.refused,

@@ -369,6 +369,10 @@ export class Dispatcher implements FrontendHandler {
     for (const h of this.local.values()) h.onClose(conn, reason);
   }
 
+  onEnd(conn: FrontendConnection): void {
+    this.rdma.onEnd?.(conn);
+  }
+
   onWritable(conn: FrontendConnection): void {
     this.rdma.onWritable?.(conn);
     this.tcp?.onWritable?.(conn);

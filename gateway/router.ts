@@ -61,6 +61,7 @@ import {
   Match,
 } from './router/departed.js';
 import { SessionTable } from './router/sessions.js';
+import { isIdempotent } from './ulb/idempotent.js';
 import type { UlbRegistry } from './ulb/registry.js';
 import { SessionOp, SessionReply, sessionOfReply, sessionOpOfCall } from './ulb/sessions.js';
 import { UlbOutcome } from './ulb/types.js';
@@ -221,6 +222,11 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     this.burstLink = null;
   };
   private readonly linkOf = new Map<RpcRdmaConnection, ConnectionLink>();
+  /** The same links by id: kept calls name their connection by id (router/departed.ts). */
+  private readonly linkById = new Map<number, ConnectionLink>();
+  /** Live clients by endpoint (`newClient`), when departures are kept. */
+  private readonly liveByEndpoint = new Map<string, ClientState>();
+  private nextLinkId = 1;
   private readonly sessions = new SessionTable();
   /** Calls of clients that left with calls in flight, kept for their return (router/departed.ts). */
   private readonly departed: DepartedCalls;
@@ -328,11 +334,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   onRecord(conn: FrontendConnection, record: Buffer): void {
     let client = conn.context as ClientState | undefined;
     if (client === undefined) {
-      client = new ClientState(conn);
-      conn.context = client;
-      this.clients.add(client);
-      if (this.departed.size > 0)
-        client.resumeFrom = this.departed.find(endpointOf(conn.remoteAddress, conn.remotePort));
+      client = this.newClient(conn);
     }
     if (record.length < 8) {
       this.malformed(conn, 'a record too short to be an RPC message', record.length);
@@ -359,7 +361,18 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       conn.release();
       return;
     }
-    if (client.resumeFrom !== null && this.resume(client, clientXid, record)) return;
+    let pinLink: ConnectionLink | null = null;
+    let pinXid = 0;
+    if (client.resumeFrom !== null) {
+      const match = this.resume(client, clientXid, record);
+      if (match === Match.IN_FLIGHT || match === Match.ANSWERED) return;
+      if (match === Match.SENT) {
+        const held = this.matched.held as HeldCall;
+        pinLink = this.linkById.get(held.linkId) ?? null;
+        pinXid = held.gatewayXid;
+      }
+      this.matched.held = null;
+    }
     const r = this.records.take();
     const now = performance.now();
     r.arrivedAt = now;
@@ -368,6 +381,13 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     r.clientXid = clientXid;
     client.xids.set(clientXid, r);
     this.plan(r, record);
+    if (pinLink !== null && r.session === null && !r.gss && this.usable(pinLink)) {
+      // Under its first gateway XID, on its first connection: the server's DRC knows it there (dispatch
+      // keeps the XID while it is free on the connection).
+      r.xid = pinXid;
+      r.pinned = pinLink;
+      record.writeUInt32BE(pinXid, 0);
+    }
     r.queuedAt = now;
     r.enqueuedAt = now;
     client.calls++;
@@ -378,35 +398,86 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     this.pump();
   }
 
+  /**
+   * A client's first record: its state, and, when departures are kept, what it may resume. A live client
+   * of the same four-tuple is gone for the peer (TCP has one connection per four-tuple at a time) though
+   * its reset may not have been read yet (its socket paused at its in-flight limit): it is closed first,
+   * so that its calls are kept for this one.
+   */
+  private newClient(conn: FrontendConnection): ClientState {
+    const client = new ClientState(conn);
+    conn.context = client;
+    this.clients.add(client);
+    if (!this.departed.enabled) return client;
+    const endpoint = endpointOf(conn.remoteAddress, conn.remotePort, conn.localAddress, conn.localPort);
+    client.endpoint = endpoint;
+    const before = this.liveByEndpoint.get(endpoint);
+    if (before !== undefined && !before.closed) {
+      before.conn.log.info(
+        { code: 'CLIENT_REPLACED' },
+        'a new connection from the same address and port: the client lost this one; its calls are kept for the new one',
+      );
+      this.closeNow(
+        before.conn,
+        'CLIENT_REPLACED',
+        'replaced by a new connection from the same address and port',
+        {},
+      );
+    }
+    this.liveByEndpoint.set(endpoint, client);
+    if (this.departed.size > 0) client.resumeFrom = this.departed.find(endpoint);
+    return client;
+  }
+
+  /**
+   * The client's FIN came (the connection is half-open: replies are still written). Linux's client shuts
+   * its socket down both ways and answers later data with a reset, so the replies of the calls in flight
+   * may never reach it: they are kept, as for a client gone, and also written.
+   */
+  onEnd(conn: FrontendConnection): void {
+    const client = conn.context as ClientState | undefined;
+    if (client === undefined || client.closed || client.endpoint === '') return;
+    this.departed.depart(client, client.endpoint, performance.now());
+  }
+
   onClose(conn: FrontendConnection, _reason: CloseReason): void {
     const client = conn.context as ClientState | undefined;
     if (client === undefined || client.closed) return;
     client.closed = true;
     this.clients.delete(client);
+    if (client.endpoint !== '' && this.liveByEndpoint.get(client.endpoint) === client)
+      this.liveByEndpoint.delete(client.endpoint);
     this.stats.sessionsDropped += this.backchannel.clientGone(client);
     // Calls not sent yet are simply dropped; those in flight are consumed when their replies come.
     for (let r = client.shift(); r !== null; r = client.shift()) {
       this.stats.queued--;
       this.stats.droppedQueued++;
-      client.xids.delete(r.clientXid);
-      this.records.give(r);
+      this.finishCall(r);
     }
-    // What is left in its XID table is in flight: kept for its return.
-    if (this.departed.enabled && client.xids.size > 0)
-      this.departed.depart(client, endpointOf(conn.remoteAddress, conn.remotePort), performance.now());
+    // What is left in its XID table is in flight: kept for its return, with the calls answered last.
+    if (client.endpoint !== '') this.departed.depart(client, client.endpoint, performance.now());
+  }
+
+  /** A call is over: out of its client's XID table (if still there) and its record back to the pool. */
+  private finishCall(r: CallRecord): void {
+    const client = r.client;
+    if (client !== null && client.xids.get(r.clientXid) === r) client.xids.delete(r.clientXid);
+    this.records.give(r);
   }
 
   /**
    * Whether `record` (a call of a client that came back from the address and port of one that left) is
-   * the retransmission of a kept call: then it is adopted (the reply in flight will answer it here) or
-   * answered with the reply that came meanwhile, and true is returned; the record is given back either
-   * way, since the kept call's own bytes are what went or goes to the server.
+   * the retransmission of a kept call. IN_FLIGHT: adopted (the reply in flight will answer it here);
+   * ANSWERED: answered with the reply that came meanwhile (either way the record is given back: the kept
+   * call's own bytes went to the server). SENT: a call answered just before the client left, whose
+   * reply may have been lost: the caller sends it again under `matched.held`'s gateway XID and
+   * connection. NONE: a new call.
    */
-  private resume(client: ClientState, clientXid: number, record: Buffer): boolean {
+  private resume(client: ClientState, clientXid: number, record: Buffer): Match {
     const d = client.resumeFrom as NonNullable<ClientState['resumeFrom']>;
     const match = this.departed.match(d, clientXid, record, this.matched);
     if (this.departed.find(d.endpoint) !== d) client.resumeFrom = null; // nothing left to resume
-    if (match === Match.NONE) return false;
+    if (match === Match.NONE || match === Match.SENT) return match;
     const held = this.matched.held as HeldCall;
     this.matched.held = null;
     this.recordPool?.release(record);
@@ -419,7 +490,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       conn.sendReply(this.one);
       this.one[0] = EMPTY;
       held.reply = null;
-      return true;
+      return match;
     }
     const r = held.record as CallRecord;
     held.record = null;
@@ -427,11 +498,16 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     gone.inFlight--;
     gone.xids.delete(clientXid);
     gone.conn.releaseReplyRoom(r.replyReserve, RoomParty.RDMA);
+    // A half-open connection counts the call until it is answered: it is answered here instead.
+    if (!gone.closed) gone.conn.release();
     r.client = client;
     client.inFlight++;
     client.xids.set(clientXid, r);
     conn.reserveReplyRoom(r.replyReserve);
-    return true;
+    // The departed client's sessions were forgotten with it (unless another client bound them): looked
+    // up again, so that the reply teaches the router who owns the session now.
+    if (r.session !== null) r.session = this.sessions.find(r.sessionId);
+    return match;
   }
 
   /** Asks the ULB about the call; a header that does not decode is forwarded as it is (the server answers). */
@@ -442,6 +518,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       this.callStats.call(h.prog, h.vers, h.proc);
       counted = true;
       r.gss = h.isGss;
+      r.idempotent = isIdempotent(h.prog, h.vers, h.proc);
       this.registry.planCall(h, r.plan);
       const op = sessionOpOfCall(h, record, r.sessionId, r.plan);
       r.sessionOp = op;
@@ -540,16 +617,26 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     }
   }
 
-  /** True when the call belongs to a session whose connection is still alive (it must go there). */
-  private bound(r: CallRecord): boolean {
+  /**
+   * The connection the call must go on: its session's, or the one it is pinned to (a retransmission for
+   * the server's duplicate request cache), while that connection is up and in rotation; null: any. A
+   * pinned call whose connection is gone is unpinned (it goes anywhere, under a new XID if need be).
+   */
+  private boundLink(r: CallRecord): ConnectionLink | null {
     const s = r.session;
-    return (
-      s !== null &&
-      s.link !== null &&
-      !s.link.offline &&
-      s.link.conn.state !== 'closed' &&
-      this.linkOf.has(s.link.conn)
-    );
+    if (s !== null && s.link !== null && this.usable(s.link)) return s.link;
+    const p = r.pinned;
+    if (p !== null && !this.usable(p)) r.pinned = null;
+    return r.pinned;
+  }
+
+  /** True when the call must go on one connection (`boundLink`). */
+  private bound(r: CallRecord): boolean {
+    return this.boundLink(r) !== null;
+  }
+
+  private usable(l: ConnectionLink): boolean {
+    return !l.offline && l.conn.state !== 'closed' && this.linkOf.get(l.conn) === l;
   }
 
   /** Whether the unbound call `r` may go on `l` now: in rotation, a free credit, and its XID free for GSS. */
@@ -573,8 +660,9 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
    * connections take turns, one burst each).
    */
   private pick(r: CallRecord): ConnectionLink | null {
-    if (this.bound(r)) {
-      const l = (r.session as { link: ConnectionLink }).link;
+    const bound = this.boundLink(r);
+    if (bound !== null) {
+      const l = bound;
       return Router.free(l) && !(r.gss && l.xids.has(r.clientXid)) ? l : null;
     }
     let best: ConnectionLink | null = null;
@@ -653,6 +741,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       if (client.departure === null || !this.departed.hold(r, reply)) this.stats.orphanedReplies++;
       this.recordPool?.release(reply);
     } else {
+      // Half-open: written, and kept too, in case the client reset its end (`onEnd`).
+      if (client.departure !== null) this.departed.hold(r, reply);
       // A SEQUENCE reply is read only for a session the router does not know (see sessionReply).
       if (r.sessionOp !== SessionOp.NONE && (r.sessionOp !== SessionOp.SEQUENCE || r.session === null))
         this.sessionReply(r, link, reply);
@@ -660,14 +750,18 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       client.xids.delete(r.clientXid);
       client.replies++;
       this.stats.replies++;
+      const now = performance.now();
+      // Its reply may yet be lost with the connection: kept with a departure for a retransmission.
+      if (this.departed.enabled && !r.gss && !r.idempotent && link !== null)
+        client.noteAnswered(r.clientXid, r.xid, link.id, r.message.length, now);
       // Counted before the hand-over: a pooled reply belongs to the frontend once given to sendReply.
-      this.callStats.reply(reply, r.arrivedAt, performance.now());
+      this.callStats.reply(reply, r.arrivedAt, now);
       this.one[0] = reply;
       client.conn.sendReply(this.one);
       this.one[0] = EMPTY; // drop the reference to the reply
       if (client.waitingForRoom) this.wakeForRoom(client);
     }
-    this.records.give(r);
+    this.finishCall(r);
     this.pump();
   }
 
@@ -686,7 +780,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     if (client.closed) {
       // Not sent again for a client that is gone: its retransmission, if it comes back, goes afresh.
       if (client.departure !== null) this.departed.release(r);
-      this.records.give(r);
+      this.finishCall(r);
       this.pump();
       return;
     }
@@ -716,7 +810,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       { code: error.code, details: error.details, xid: r.clientXid },
       'RDMA peer refused a call; closing the client so that it retransmits',
     );
-    this.records.give(r);
+    if (client.departure !== null) this.departed.release(r);
+    this.finishCall(r);
     this.closeNow(client.conn, 'ERR_RDMA_REFUSED', `the RDMA peer refused a call: ${error.code}`, {
       transportCode: error.code,
     });
@@ -849,12 +944,14 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     for (const conn of live) {
       if (!this.linkOf.has(conn)) {
         const link: ConnectionLink = {
+          id: this.nextLinkId++,
           conn,
           xids: new U32Map<CallRecord>(),
           backchannels: new Set(),
           offline: this.offline.has(conn),
         };
         this.linkOf.set(conn, link);
+        this.linkById.set(link.id, link);
         // Backward calls are reported per connection, so the relay knows where each came from.
         conn.setResponder(this.backchannel.portFor(link));
         changed = true;
@@ -863,6 +960,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     for (const [conn, link] of this.linkOf) {
       if (conn.state === 'closed' && link.xids.size === 0 && !live.includes(conn)) {
         this.linkOf.delete(conn);
+        this.linkById.delete(link.id);
         this.offline.delete(conn);
         changed = true;
       }

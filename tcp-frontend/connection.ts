@@ -55,6 +55,11 @@ export interface FrontendHandler {
   /** Called once when the connection has closed, whatever the reason. Calls still in flight are void. */
   onClose(conn: FrontendConnection, reason: CloseReason): void;
   /**
+   * The client's FIN came while the connection stays half-open (replies to its calls in flight are still
+   * written; `onClose` follows once they are). Not called when the FIN closes the connection at once.
+   */
+  onEnd?(conn: FrontendConnection): void;
+  /**
    * There may be reply room again: the socket drained after `sendRecord` returned false, the bytes watched
    * by `notifyWhenFlushed` were taken, or reply room was released after `awaitReplyRoom`. Calls or
    * reading held for this connection may go; a handler re-checks, since several may be waiting.
@@ -508,6 +513,7 @@ export class FrontendConnection {
     this.setReason('CLOSED_BY_CLIENT', 'the client closed the connection', {});
     // The socket is half-open (allowHalfOpen): replies to calls still in flight are written first.
     if (this.inFlight === 0 && this.backlogLength === 0) this.finish();
+    else this.handler.onEnd?.(this);
   }
 
   private onDrain(): void {

@@ -15,6 +15,8 @@ const EMPTY = Buffer.alloc(0);
 
 /** Per RDMA connection: the XIDs in use on it (DESIGN §3: unique per connection) and the calls it carries. */
 export interface ConnectionLink {
+  /** Unique in the router (from 1): how kept calls name it without holding it (router/departed.ts). */
+  readonly id: number;
   readonly conn: RpcRdmaConnection;
   /** Gateway XID (or an RPCSEC_GSS call's own XID) → the call carrying it on this connection. */
   readonly xids: U32Map<CallRecord>;
@@ -59,6 +61,11 @@ export class CallRecord implements TransportCall {
   queuedAt = 0;
   /** When it last entered its client's queue (ms): the part of a room wait it spent queued starts here. */
   enqueuedAt = 0;
+  /**
+   * Running it twice does no harm (an NFSv3 read-only procedure, NULL): its reply is not kept for a
+   * client that went away (router/departed.ts), as nfsd's duplicate request cache keeps none.
+   */
+  idempotent = false;
   /** Times it was submitted to a connection (> 1 after a connection loss). */
   attempts = 0;
   /** Next call in the client's queue (intrusive FIFO: no queue nodes allocated). */
@@ -69,6 +76,11 @@ export class CallRecord implements TransportCall {
   readonly sessionId = Buffer.alloc(SESSIONID_SIZE);
   /** The known session the call belongs to: it goes on that session's connection (affinity). */
   session: Session | null = null;
+  /**
+   * The retransmission of a call answered just before its client left: it goes on this connection, under
+   * the gateway XID it had there (router/departed.ts), while that connection is up.
+   */
+  pinned: ConnectionLink | null = null;
 
   constructor() {
     this.ddpArgs = this.plan.args;
@@ -88,9 +100,11 @@ export class CallRecord implements TransportCall {
     this.enqueuedAt = 0;
     this.arrivedAt = 0;
     this.attempts = 0;
+    this.idempotent = false;
     this.next = null;
     this.sessionOp = SessionOp.NONE;
     this.session = null;
+    this.pinned = null;
     this.plan.fallBack();
     this.plan.binding = null;
   }

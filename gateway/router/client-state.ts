@@ -6,7 +6,7 @@ import { U32Map } from '../../common/u32-map.js';
 import type { FrontendConnection } from '../../tcp-frontend/server.js';
 import type { PendingCallback } from '../backchannel/relay.js';
 import type { CallRecord } from './call-record.js';
-import type { Departure } from './departed.js';
+import { AnsweredRing, type Departure } from './departed.js';
 import type { Session } from './sessions.js';
 
 export class ClientState {
@@ -33,6 +33,10 @@ export class ClientState {
    * is the client retransmitting it, answered by the original's reply.
    */
   readonly xids = new U32Map<CallRecord>();
+  /** Its address and port and the gateway's it reached (`endpointOf`); '' when departures are not kept. */
+  endpoint = '';
+  /** Its last calls answered (created on its first reply when departures are kept: router/departed.ts). */
+  answered: AnsweredRing | null = null;
   /** It left with calls in flight, kept here for its return (router/departed.ts). */
   departure: Departure | null = null;
   /**
@@ -51,6 +55,12 @@ export class ClientState {
 
   constructor(conn: FrontendConnection) {
     this.conn = conn;
+  }
+
+  /** Notes a call answered (`AnsweredRing.add`), creating the ring on first use. */
+  noteAnswered(clientXid: number, gatewayXid: number, linkId: number, length: number, now: number): void {
+    this.answered ??= new AnsweredRing();
+    this.answered.add(clientXid, gatewayXid, linkId, length, now);
   }
 
   push(r: CallRecord): void {

@@ -11,25 +11,67 @@
  * - its calls still in flight: a retransmission of one is adopted (the reply in flight goes to the new
  *   connection; nothing is sent again);
  * - the replies that came while it was away: a retransmission of one is answered with it, once, as the
- *   server's DRC would have answered it.
+ *   server's DRC would have answered it;
+ * - the calls answered in its last `RECENT_MS`: their replies may have been lost with the connection
+ *   (written, not yet read). A retransmission of one goes again under its first gateway XID on the same
+ *   RDMA connection, where the server's DRC knows it (Linux's nfsd keys it on the XID, the peer's address
+ *   and port, the procedure, the length and a checksum of the call): a non-idempotent call is answered
+ *   from the cache instead of running twice. The gateway keeps no copy of such a call; it checks the
+ *   length and leaves the bytes to the server's cache, whose checksum tells another call under a reused
+ *   XID from a retransmission.
  *
- * A call counts as "the same" only with the same XID and the same bytes after the XID (the whole call,
- * as nfsd compares a checksum and the length). An RPCSEC_GSS retransmission carries a new sequence number
- * (RFC 2203 §5.3.3.1), so it never matches and goes to the server afresh, as it would without the gateway.
- * Held replies are bounded in bytes (`maxBytes`); beyond, the oldest departures' replies are dropped and
- * their retransmissions go afresh (what happens without this table).
+ * A call in flight or answered while away counts as "the same" only with the same XID and the same bytes
+ * after the XID (the whole call; nfsd compares a checksum of the first 256 bytes of the arguments and the
+ * length, so this is the stricter test). An RPCSEC_GSS retransmission under a new sequence number
+ * (RFC 2203 §5.3.3.1) differs and goes to the server afresh, as it would without the gateway; Linux's
+ * client keeps the number while it is inside the window, and then the retransmission matches, which is
+ * as harmless. Only the replies of calls that change state are held (`CallRecord.idempotent`), within
+ * `maxBytes` for all (beyond, the oldest departures' go, and their retransmissions go afresh: what
+ * happens without this table); departures and kept calls are bounded in number too.
+ *
+ * This serves NFSv3 and NFSv4.0 clients. Linux's NFSv4.1 client does not bind its old port again: its
+ * session's slots (RFC 8881 §2.10.6) have the server answer a retransmission from the slot's reply cache
+ * whatever connection and XID it comes with.
  */
 import { hash } from 'node:crypto';
 import { U32Map } from '../../common/u32-map.js';
 import type { CallRecord } from './call-record.js';
 import type { ClientState } from './client-state.js';
 
-/** What a held reply costs beyond its bytes (the entry and its fingerprint), in the `maxBytes` budget. */
-const ENTRY_OVERHEAD = 128;
+/**
+ * What a held reply costs beyond its bytes, in the `maxBytes` budget: its buffer's and its fingerprint's
+ * allocations and the entry (measured: about 1.4 KiB per kept call with a 28-byte reply, departure
+ * included, over 100,000 departures).
+ */
+const HELD_REPLY_OVERHEAD = 1024;
 
-/** A call of a departed client: in flight (`record`), or answered while it was away (`reply`). */
+/** Calls kept at most over every departure (each costs about 400 bytes even without a reply). */
+const MAX_HELD_CALLS = 16_384;
+
+/**
+ * Departures kept at most (each holds its client's calls in flight and at most `AnsweredRing.SIZE`
+ * answered ones): a client that connects, calls and leaves in a loop from ever new ports costs a bounded
+ * table; beyond, the oldest go.
+ */
+const MAX_DEPARTURES = 4096;
+
+/**
+ * How long before its client left a call's reply may have been written and still be lost with the
+ * connection: the calls answered in this time are kept (`Match.SENT`).
+ */
+export const RECENT_MS = 5_000;
+
+/**
+ * A call of a departed client: in flight (`record`), answered while it was away (`reply`), or answered
+ * just before it left (`gatewayXid` on the connection `linkId`).
+ */
 export interface HeldCall {
   readonly clientXid: number;
+  /** The client that sent it (a kept record must still be this client's: `match`). */
+  readonly owner: ClientState;
+  /** Answered before the client left: its gateway XID and connection (0: not such a call). */
+  gatewayXid: number;
+  linkId: number;
   /** In flight: the call's record (its `client` is the departed one). Null once answered. */
   record: CallRecord | null;
   /** Answered while away: the reply (own memory, the client's XID in place). */
@@ -44,7 +86,7 @@ export class Departure {
   readonly endpoint: string;
   readonly calls = new U32Map<HeldCall>();
   expiresAt: number;
-  /** Bytes of the replies held here (counted with `ENTRY_OVERHEAD` each). */
+  /** Bytes of the replies held here (counted with `HELD_REPLY_OVERHEAD` each). */
   heldBytes = 0;
 
   constructor(endpoint: string, expiresAt: number) {
@@ -60,6 +102,48 @@ export const enum Match {
   IN_FLIGHT = 1,
   /** A call answered while its client was away: `held.reply` answers it. */
   ANSWERED = 2,
+  /** A call answered just before its client left: it goes again under `held.gatewayXid` on `held.linkId`. */
+  SENT = 3,
+}
+
+/**
+ * The last calls answered to a client (a ring of `SIZE`): the client's XID, the gateway XID and the
+ * connection each went under, the call's length, and when. Written once per reply, read only when the
+ * client leaves: the calls answered in its last `RECENT_MS` are kept with its departure.
+ */
+export class AnsweredRing {
+  static readonly SIZE = 32;
+  private readonly clientXids = new Uint32Array(AnsweredRing.SIZE);
+  private readonly gatewayXids = new Uint32Array(AnsweredRing.SIZE);
+  private readonly linkIds = new Uint32Array(AnsweredRing.SIZE);
+  private readonly lengths = new Uint32Array(AnsweredRing.SIZE);
+  private readonly times = new Float64Array(AnsweredRing.SIZE);
+  private next = 0;
+  private count = 0;
+
+  add(clientXid: number, gatewayXid: number, linkId: number, length: number, now: number): void {
+    const i = this.next;
+    this.clientXids[i] = clientXid;
+    this.gatewayXids[i] = gatewayXid;
+    this.linkIds[i] = linkId;
+    this.lengths[i] = length;
+    this.times[i] = now;
+    this.next = i + 1 === AnsweredRing.SIZE ? 0 : i + 1;
+    if (this.count < AnsweredRing.SIZE) this.count++;
+  }
+
+  /** The entries answered at `since` or later, oldest first. */
+  forEachSince(
+    since: number,
+    fn: (clientXid: number, gatewayXid: number, linkId: number, length: number) => void,
+  ): void {
+    const size = AnsweredRing.SIZE;
+    for (let k = this.count; k > 0; k--) {
+      const i = (this.next - k + size) % size;
+      if (this.times[i] >= since)
+        fn(this.clientXids[i], this.gatewayXids[i], this.linkIds[i], this.lengths[i]);
+    }
+  }
 }
 
 export interface DepartedStats {
@@ -69,6 +153,11 @@ export interface DepartedStats {
   resumedInFlight: number;
   /** Retransmissions answered with a reply that came while their client was away. */
   resumedAnswered: number;
+  /**
+   * Retransmissions of calls answered just before their client left, sent again under their first
+   * gateway XID on the same connection (for the server's duplicate request cache).
+   */
+  resumedSent: number;
   /** Replies not held because `maxBytes` was reached (their retransmissions go to the server afresh). */
   heldRepliesDropped: number;
   /** Gauge: replies held now, and their bytes. */
@@ -81,23 +170,35 @@ export function createDepartedStats(): DepartedStats {
     departures: 0,
     resumedInFlight: 0,
     resumedAnswered: 0,
+    resumedSent: 0,
     heldRepliesDropped: 0,
     heldReplies: 0,
     heldReplyBytes: 0,
   };
 }
 
-/** The endpoint key of a client connection: its address and port. */
-export function endpointOf(address: string, port: number): string {
-  return `${address}|${port}`;
+/**
+ * The endpoint key of a client connection: its address and port, and the gateway's address and port it
+ * reached (one TCP connection per four-tuple at a time: a new connection with the key of a live one means
+ * the old one is gone for the client).
+ */
+export function endpointOf(
+  remoteAddress: string,
+  remotePort: number,
+  localAddress: string,
+  localPort: number,
+): string {
+  return `${remoteAddress}|${remotePort}|${localAddress}|${localPort}`;
 }
 
 export class DepartedCalls {
-  /** By endpoint, in departure order (oldest first: the first to drop when the budget is short). */
+  /** By endpoint, in departure order (oldest first: the first to drop when a bound is reached). */
   private readonly byEndpoint = new Map<string, Departure>();
   private readonly windowMs: number;
   private readonly maxBytes: number;
   private readonly stats: DepartedStats;
+  /** Calls kept, over every departure (`MAX_HELD_CALLS` bounds them). */
+  private entries = 0;
 
   constructor(windowMs: number, maxBytes: number, stats: DepartedStats) {
     this.windowMs = windowMs;
@@ -115,12 +216,16 @@ export class DepartedCalls {
   }
 
   /**
-   * `client` went away with the calls in its `xids` in flight: keep them for its return. A departure of
-   * the same endpoint still held (the client came back, then went again) takes the new ones too; a
-   * call there under the same XID is an older one the client no longer waits for.
+   * `client` went away (or half-closed: its FIN came) with the calls in its `xids` in flight, and those its
+   * `answered` ring has from its last `RECENT_MS`: keep them for its return. A departure of the same
+   * endpoint still held (the client came back, then went again, or its FIN came before its close) takes
+   * the new ones too. What it already keeps of the same call stays; a call there under the same XID
+   * that is not this one is an older one the client no longer waits for.
    */
   depart(client: ClientState, endpoint: string, now: number): void {
-    if (!this.enabled || client.xids.size === 0) return;
+    if (!this.enabled) return;
+    const answered = client.answered;
+    if (client.xids.size === 0 && answered === null) return;
     let d = this.byEndpoint.get(endpoint);
     if (d === undefined) {
       d = new Departure(endpoint, now + this.windowMs);
@@ -129,36 +234,76 @@ export class DepartedCalls {
       d.expiresAt = now + this.windowMs;
     }
     this.byEndpoint.set(endpoint, d);
-    this.stats.departures++;
     const departure = d;
-    client.departure = departure;
+    answered?.forEachSince(now - RECENT_MS, (clientXid, gatewayXid, linkId, length) => {
+      // A call kept in flight or with its reply knows more than where it went.
+      if (departure.calls.has(clientXid)) return;
+      this.put(departure, {
+        clientXid,
+        owner: client,
+        gatewayXid,
+        linkId,
+        record: null,
+        reply: null,
+        callLength: length,
+        fingerprint: null,
+      });
+    });
     client.xids.forEach((r, clientXid) => {
       const older = departure.calls.get(clientXid);
-      if (older !== undefined) this.forget(departure, older);
-      departure.calls.set(clientXid, {
+      if (older !== undefined) {
+        if (older.record === r) return;
+        this.forget(departure, older);
+      }
+      this.put(departure, {
         clientXid,
+        owner: client,
+        gatewayXid: 0,
+        linkId: 0,
         record: r,
         reply: null,
         callLength: 0,
         fingerprint: null,
       });
     });
+    if (departure.calls.size === 0) {
+      this.byEndpoint.delete(endpoint);
+      return;
+    }
+    // Counted once per client (its FIN and then its close both come here).
+    if (client.departure !== departure) {
+      client.departure = departure;
+      this.stats.departures++;
+    }
+    this.bound();
   }
 
   /**
-   * The reply to a departed client's call `r` arrived: held if the call is still kept and the budget
-   * allows (true: `reply` was copied and the call fingerprinted, so the caller gives back the reply and
-   * the record either way), otherwise false (an orphan).
+   * Beyond `MAX_DEPARTURES` departures or `MAX_HELD_CALLS` calls, the oldest departures go (their calls in
+   * flight become plain orphans).
+   */
+  private bound(): void {
+    for (const d of this.byEndpoint.values()) {
+      if (this.byEndpoint.size <= MAX_DEPARTURES && this.entries <= MAX_HELD_CALLS) return;
+      this.drop(d);
+    }
+  }
+
+  /**
+   * The reply to a kept call `r` arrived (its client is gone, or half-closed): held, copied, if the call
+   * is not idempotent and the budget allows (true); otherwise false and the call is kept no more. The
+   * caller gives back the reply and the record either way.
    */
   hold(r: CallRecord, reply: Buffer): boolean {
     const d = (r.client as ClientState).departure;
     if (d === null) return false;
     const held = d.calls.get(r.clientXid);
     if (held === undefined || held.record !== r) return false;
-    const cost = reply.length + ENTRY_OVERHEAD;
-    if (!this.makeRoom(cost, d)) {
-      this.stats.heldRepliesDropped++;
-      d.calls.delete(r.clientXid);
+    // Run again, an idempotent call does no harm, and nfsd's cache keeps no reply of one either.
+    const cost = reply.length + HELD_REPLY_OVERHEAD;
+    if (r.idempotent || !this.makeRoom(cost)) {
+      if (!r.idempotent) this.stats.heldRepliesDropped++;
+      this.forget(d, held);
       this.dropIfEmpty(d);
       return false;
     }
@@ -177,33 +322,41 @@ export class DepartedCalls {
   }
 
   /**
-   * A call in flight of a departed client failed for good, or is sent again on another connection by a
-   * client that is gone: it is not kept any more.
+   * A kept call in flight failed for good, or must go again on another connection for a client that is
+   * gone: it is not kept any more.
    */
   release(r: CallRecord): void {
     const d = (r.client as ClientState).departure;
     if (d === null) return;
     const held = d.calls.get(r.clientXid);
     if (held === undefined || held.record !== r) return;
-    d.calls.delete(r.clientXid);
+    this.forget(d, held);
     this.dropIfEmpty(d);
   }
 
   /**
    * Whether `call` (a record a client of `d`'s endpoint sent) is a retransmission of a kept call. On a
-   * match the held call is taken out of `d` and returned through `out` (the caller adopts or answers it);
-   * a kept call under the same XID with other bytes is forgotten (the client reused the XID).
+   * match the held call is taken out of `d` and returned through `out` (the caller adopts, answers or
+   * sends it); a kept call under the same XID that is not this one is forgotten (the client reused the
+   * XID).
    */
   match(d: Departure, clientXid: number, call: Buffer, out: { held: HeldCall | null }): Match {
     out.held = null;
     const held = d.calls.get(clientXid);
     if (held === undefined) return Match.NONE;
     let same: boolean;
-    if (held.record !== null && held.record.client?.departure !== d) {
-      same = false; // given back and reused without `release` (a bug elsewhere): never adopt another's call
-    } else if (held.record !== null) {
-      const m = held.record.message;
-      same = m.length === call.length && m.compare(call, 4, call.length, 4, m.length) === 0;
+    const record = held.record;
+    if (held.gatewayXid !== 0) {
+      // The server's cache compares the bytes; a call of another length is surely another call.
+      same = held.callLength === call.length;
+    } else if (record !== null) {
+      // Still the kept call (never given back and taken by another: a bug elsewhere must not make a
+      // client adopt another's call), and the same bytes after the XID.
+      same =
+        record.client === held.owner &&
+        record.clientXid === clientXid &&
+        record.message.length === call.length &&
+        record.message.compare(call, 4, call.length, 4, call.length) === 0;
     } else {
       same = held.callLength === call.length && (held.fingerprint as Buffer).equals(fingerprintOf(call));
     }
@@ -212,16 +365,25 @@ export class DepartedCalls {
       this.dropIfEmpty(d);
       return Match.NONE;
     }
-    d.calls.delete(clientXid);
-    out.held = held;
-    if (held.reply !== null) {
-      this.unaccount(d, held.reply.length + ENTRY_OVERHEAD);
+    let match: Match;
+    if (held.gatewayXid !== 0) {
+      this.stats.resumedSent++;
+      match = Match.SENT;
+    } else if (held.reply !== null) {
       this.stats.resumedAnswered++;
+      match = Match.ANSWERED;
     } else {
       this.stats.resumedInFlight++;
+      match = Match.IN_FLIGHT;
     }
+    // Taken out whole: the caller uses the reply (unaccounted here) or the record.
+    const reply = held.reply;
+    this.forget(d, held);
+    held.reply = reply;
+    held.record = record;
     this.dropIfEmpty(d);
-    return held.reply !== null ? Match.ANSWERED : Match.IN_FLIGHT;
+    out.held = held;
+    return match;
   }
 
   /** Departures past their window: their held replies go; their calls in flight become plain orphans. */
@@ -241,34 +403,49 @@ export class DepartedCalls {
     return this.byEndpoint.size;
   }
 
+  /** Calls kept over every departure (a gauge for tests and the admin API). */
+  get heldCalls(): number {
+    return this.entries;
+  }
+
+  private put(d: Departure, held: HeldCall): void {
+    d.calls.set(held.clientXid, held);
+    this.entries++;
+  }
+
   private drop(d: Departure): void {
-    for (const held of heldCalls(d)) this.forget(d, held);
+    for (const held of callsOf(d)) this.forget(d, held);
     this.byEndpoint.delete(d.endpoint);
   }
 
+  /** Takes `held` out of `d`, its reply's bytes out of the budget (a call in flight stays an orphan). */
   private forget(d: Departure, held: HeldCall): void {
-    d.calls.delete(held.clientXid);
-    if (held.reply !== null) this.unaccount(d, held.reply.length + ENTRY_OVERHEAD);
+    if (d.calls.get(held.clientXid) === held) {
+      d.calls.delete(held.clientXid);
+      this.entries--;
+    }
+    if (held.reply !== null) {
+      const cost = held.reply.length + HELD_REPLY_OVERHEAD;
+      d.heldBytes -= cost;
+      this.stats.heldReplies--;
+      this.stats.heldReplyBytes -= cost;
+    }
     held.reply = null;
-    held.record = null; // a call still in flight stays with its departed client, an orphan
+    held.record = null;
+    held.fingerprint = null;
   }
 
-  private unaccount(d: Departure, cost: number): void {
-    d.heldBytes -= cost;
-    this.stats.heldReplies--;
-    this.stats.heldReplyBytes -= cost;
-  }
-
-  /** Drops the oldest departures' held replies (never `keep`'s) until `cost` more fits; false if it cannot. */
-  private makeRoom(cost: number, keep: Departure): boolean {
+  /** Drops the oldest departures' held replies until `cost` more fits; false if it cannot. */
+  private makeRoom(cost: number): boolean {
     if (cost > this.maxBytes) return false;
     for (const d of this.byEndpoint.values()) {
       if (this.stats.heldReplyBytes + cost <= this.maxBytes) return true;
-      if (d === keep || d.heldBytes === 0) continue;
-      for (const held of heldCalls(d)) {
+      if (d.heldBytes === 0) continue;
+      for (const held of callsOf(d)) {
         if (held.reply === null) continue;
         this.forget(d, held);
         this.stats.heldRepliesDropped++;
+        if (this.stats.heldReplyBytes + cost <= this.maxBytes) break;
       }
       this.dropIfEmpty(d);
     }
@@ -276,12 +453,12 @@ export class DepartedCalls {
   }
 
   private dropIfEmpty(d: Departure): void {
-    if (d.calls.size === 0) this.byEndpoint.delete(d.endpoint);
+    if (d.calls.size === 0 && this.byEndpoint.get(d.endpoint) === d) this.byEndpoint.delete(d.endpoint);
   }
 }
 
 /** A departure's calls as an array (the map must not change under its own `forEach`). */
-function heldCalls(d: Departure): HeldCall[] {
+function callsOf(d: Departure): HeldCall[] {
   const all: HeldCall[] = [];
   d.calls.forEach((held) => {
     all.push(held);

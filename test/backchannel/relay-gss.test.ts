@@ -67,6 +67,7 @@ function setup() {
   const link = {
     conn: { state: 'ready', replyError: (_c: unknown, e: unknown) => refused.push(e), reply() {} },
     xids: new Map(),
+    id: 1,
     backchannels: new Set(),
     offline: false,
   } as never;
@@ -120,6 +121,7 @@ function twoClients(withC = true) {
       reply: (_c: unknown, m: Buffer) => replied.push(m),
     },
     xids: new Map(),
+    id: 1,
     backchannels: new Set(),
     offline: false,
   } as never;

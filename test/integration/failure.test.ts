@@ -11,6 +11,7 @@ import { Responder } from '../../gateway/responder.js';
 import { encodeOpaqueParts } from '../../gateway/test-program/codec.js';
 import { TEST_PROGRAM, TEST_VERSION, TestProc } from '../../gateway/test-program/constants.js';
 import { serveTestProgram, TestProgramClient } from '../../gateway/test-program/index.js';
+import { isIdempotent } from '../../gateway/ulb/idempotent.js';
 import { decodeHeader } from '../../rdma-backend/protocol/index.js';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
 import { RecordDecoder } from '../../tcp-frontend/record-marking.js';
@@ -334,7 +335,7 @@ test("a client that comes back from its address and port and sends its calls aga
 });
 
 test('a call from another port, with other bytes, or after the resume window goes to the server again', async (t) => {
-  const { g, peer } = await rogueGateway(t, 8, { resumeWindowMs: 300, routerTickMs: 50 });
+  const { g, peer } = await rogueGateway(t, 8, { resumeWindowMs: 2000, routerTickMs: 50 });
   const [p1, p2, p3] = await freePorts(3);
   const a = await clientFrom(t, g, p1);
   a.sock.write(echo(0x81, 'call'));
@@ -376,14 +377,21 @@ test('a call from another port, with other bytes, or after the resume window goe
   t.like(g.router.snapshot(), { resumedInFlight: 0, resumedAnswered: 0, heldReplyBytes: 0 });
 });
 
-test("a departed client's call the peer refuses is kept no more: its record, reused by another client, is never adopted", async (t) => {
+/**
+ * A client's call the peer refuses, the client gone before (`gone`) or closed by the refusal (`live`);
+ * then another client's identical call, which takes the freed record, and the first client's
+ * retransmission from its port: a new call, never an adoption of the other's.
+ */
+async function refusedThenReused(t: ExecutionContext, mode: 'gone' | 'live') {
   const { g, peer } = await rogueGateway(t, 8);
   const [p1, p2] = await freePorts(2);
   const a = await clientFrom(t, g, p1);
   a.sock.write(echo(0xb1, 'refused'));
   const refused = await callAt(peer, 1);
-  a.sock.resetAndDestroy();
-  await waitFor(() => g.router.stats.departures === 1, 'the departure recorded');
+  if (mode === 'gone') {
+    a.sock.resetAndDestroy();
+    await waitFor(() => g.router.stats.departures === 1, 'the departure recorded');
+  }
   peer.send(
     headerBytes({
       version: 2,
@@ -395,11 +403,12 @@ test("a departed client's call the peer refuses is kept no more: its record, reu
     }),
   );
   await waitFor(() => g.router.snapshot().inFlight === 0, 'the refusal');
+  if (mode === 'live') t.is(g.router.stats.refused, 1, 'the refusal closed the client');
   // Another client's identical call takes the freed record (the pool is LIFO)...
   const other = await clientFrom(t, g, p2);
   other.sock.write(echo(0xb1, 'refused'));
   const othersCall = await callAt(peer, 2);
-  // ...and the departed client's retransmission is a new call, not an adoption of that one.
+  // ...and the first client's retransmission is a new call, not an adoption of that one.
   const b = await clientFrom(t, g, p1);
   b.sock.write(echo(0xb1, 'refused'));
   const retransmission = await callAt(peer, 3);
@@ -407,12 +416,128 @@ test("a departed client's call the peer refuses is kept no more: its record, reu
   answer(peer, othersCall);
   answer(peer, retransmission);
   await waitFor(() => other.replies.length === 1 && b.replies.length === 1, 'each answered');
+  t.is(other.replies[0].readUInt32BE(0), 0xb1);
   t.like(g.router.snapshot(), { resumedInFlight: 0, resumedAnswered: 0 });
+}
+
+test("a departed client's call the peer refuses is kept no more: its record, reused by another client, is never adopted", (t) =>
+  refusedThenReused(t, 'gone'));
+
+test('a call the peer refuses closes its client and is not kept: its record, reused by another client, is never adopted', (t) =>
+  refusedThenReused(t, 'live'));
+
+test("a client that shuts its socket down with calls in flight (Linux's client, then a reset on the reply) gets the replies when it comes back from its port", async (t) => {
+  const { g, peer } = await rogueGateway(t, 8);
+  const [port] = await freePorts(1);
+  const a = await clientFrom(t, g, port);
+  a.sock.write(echo(0xe1, 'in flight at the FIN'));
+  const first = await callAt(peer, 1);
+  // shutdown(SHUT_RDWR): a FIN, and a reset for whatever comes after.
+  a.sock.on('data', () => a.sock.resetAndDestroy());
+  a.sock.end();
+  await waitFor(() => g.router.stats.departures === 1, 'the departure recorded at the FIN');
+  answer(peer, first);
+  await waitFor(() => g.router.stats.heldReplies === 1, 'the reply written, and kept');
+  const b = await clientFrom(t, g, port);
+  b.sock.write(echo(0xe1, 'in flight at the FIN'));
+  await waitFor(() => b.replies.length === 1, 'answered from the kept reply');
+  t.is(b.replies[0].readUInt32BE(0), 0xe1);
+  t.like(g.router.snapshot(), { resumedAnswered: 1, heldReplies: 0 });
+  t.is(peer.received.length, 2, 'the server saw the CONNPROP and the call once');
+});
+
+test('a client whose reading was paused at its in-flight limit and that comes back from its port is matched: the old connection is closed first', async (t) => {
+  const { g, peer } = await rogueGateway(t, 8, { maxCallsInFlight: 2 });
+  const [port] = await freePorts(1);
+  const a = await clientFrom(t, g, port);
+  a.sock.write(Buffer.concat([echo(0xf1, 'one'), echo(0xf2, 'two'), echo(0xf3, 'three')]));
+  const one = await callAt(peer, 1);
+  const two = await callAt(peer, 2);
+  // At its limit the gateway does not read the socket, so it cannot see the reset.
+  a.sock.resetAndDestroy();
+  await new Promise((r) => setTimeout(r, 100));
+  t.is(g.router.stats.departures, 0, 'the reset is not seen');
+  const b = await clientFrom(t, g, port);
+  b.sock.write(Buffer.concat([echo(0xf1, 'one'), echo(0xf2, 'two')]));
+  await waitFor(() => g.router.stats.resumedInFlight === 2, 'both adopted');
+  t.is(g.router.stats.departures, 1);
+  answer(peer, one);
+  answer(peer, two);
+  await waitFor(() => b.replies.length === 2, 'both answered');
+  t.deepEqual(
+    b.replies.map((r) => r.readUInt32BE(0)),
+    [0xf1, 0xf2],
+  );
+  t.is(peer.received.length, 3, 'the server saw the CONNPROP and each call once');
+  await waitFor(() => gauges(g).frontendCallsInFlight === 0, 'no call in flight');
+  t.deepEqual(gauges(g), BASELINE);
+});
+
+test('the reply of a call that may simply run again (NULL, an NFSv3 read) is not kept for a departed client', async (t) => {
+  const { g, peer } = await rogueGateway(t, 8);
+  const [port] = await freePorts(1);
+  const a = await clientFrom(t, g, port);
+  a.sock.write(
+    Buffer.concat([framedCall(0x61, TEST_PROGRAM, TEST_VERSION, TestProc.NULL), echo(0x62, 'changes')]),
+  );
+  const nullCall = await callAt(peer, 1);
+  const echoCall = await callAt(peer, 2);
+  a.sock.resetAndDestroy();
+  await waitFor(() => g.router.stats.departures === 1, 'the departure recorded');
+  answer(peer, nullCall);
+  answer(peer, echoCall);
+  await waitFor(() => g.router.snapshot().inFlight === 0, 'both answered');
+  t.like(g.router.snapshot(), { heldReplies: 1, heldRepliesDropped: 0, orphanedReplies: 1 });
+  t.true(isIdempotent(100003, 3, 6), 'NFSv3 READ');
+  t.false(isIdempotent(100003, 3, 12), 'NFSv3 REMOVE');
+  t.false(isIdempotent(100003, 4, 1), 'an NFSv4 COMPOUND');
+});
+
+test("a call answered just before its client left goes again under its first gateway XID on the same connection, for the server's duplicate request cache", async (t) => {
+  const { g, peer } = await rogueGateway(t, 8);
+  const [p1, p2, p3] = await freePorts(3);
+  const a = await clientFrom(t, g, p1);
+  a.sock.write(echo(0xc1, 'remove'));
+  const first = await callAt(peer, 1);
+  answer(peer, first);
+  await waitFor(() => a.replies.length === 1, 'answered');
+  // The connection goes; as far as the client knows its reply was lost with it.
+  a.sock.resetAndDestroy();
+  await waitFor(() => g.router.stats.departures === 1, 'the departure recorded');
+
+  const b = await clientFrom(t, g, p1);
+  b.sock.write(echo(0xc1, 'remove'));
+  const again = await callAt(peer, 2);
+  t.is(again.readUInt32BE(0), first.readUInt32BE(0), 'under its first gateway XID');
+  t.deepEqual(again.subarray(4), first.subarray(4), 'the same call');
+  t.is(g.router.stats.resumedSent, 1);
+  answer(peer, again);
+  await waitFor(() => b.replies.length === 1, "the server's answer");
+  t.is(b.replies[0].readUInt32BE(0), 0xc1);
+  // A new call of that client gets a new gateway XID, and so does the same XID from another port.
+  b.sock.write(echo(0xc2, 'next'));
+  t.not((await callAt(peer, 3)).readUInt32BE(0), first.readUInt32BE(0));
+  const other = await clientFrom(t, g, p2);
+  other.sock.write(echo(0xc1, 'remove'));
+  t.not((await callAt(peer, 4)).readUInt32BE(0), first.readUInt32BE(0), 'another port is another client');
+
+  // The same XID with another length is another call: a new gateway XID.
+  const c = await clientFrom(t, g, p3);
+  c.sock.write(echo(0xd1, 'short'));
+  const cFirst = await callAt(peer, 5);
+  answer(peer, cFirst);
+  await waitFor(() => c.replies.length === 1, 'answered');
+  c.sock.resetAndDestroy();
+  await waitFor(() => g.router.stats.departures === 2, 'the second departure');
+  const c2 = await clientFrom(t, g, p3);
+  c2.sock.write(echo(0xd1, 'a longer call'));
+  t.not((await callAt(peer, 6)).readUInt32BE(0), cFirst.readUInt32BE(0));
+  t.is(g.router.stats.resumedSent, 1);
 });
 
 test("replies held for departed clients stay within resumeMaxBytes: the oldest departure's go first", async (t) => {
-  // An accepted empty reply is 28 bytes, counted with 128 of overhead: room for one.
-  const { g, peer } = await rogueGateway(t, 8, { resumeMaxBytes: 200 });
+  // An accepted empty reply is 28 bytes, counted with 1,024 of overhead: room for one.
+  const { g, peer } = await rogueGateway(t, 8, { resumeMaxBytes: 1500 });
   const [p1, p2] = await freePorts(2);
   const a = await clientFrom(t, g, p1);
   a.sock.write(echo(0xa1, 'one'));
@@ -428,7 +553,7 @@ test("replies held for departed clients stay within resumeMaxBytes: the oldest d
   await waitFor(() => g.router.stats.heldReplies === 1, 'the first reply held');
   answer(peer, two);
   await waitFor(() => g.router.stats.heldRepliesDropped === 1, "the older departure's reply dropped");
-  t.like(g.router.snapshot(), { heldReplies: 1, heldReplyBytes: 28 + 128 });
+  t.like(g.router.snapshot(), { heldReplies: 1, heldReplyBytes: 28 + 1024 });
 
   const a2 = await clientFrom(t, g, p1);
   a2.sock.write(echo(0xa1, 'one'));
