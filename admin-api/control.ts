@@ -211,6 +211,9 @@ export interface RpcCounters {
    */
   heldReplies?: number;
   heldReplyBytes?: number;
+  /** Gauges: clients gone whose calls are kept for their return, and the calls kept. */
+  departuresKept?: number;
+  callsKept?: number;
   /** Calls that waited for a credit. */
   creditStalls?: number;
   latency?: HistogramData;

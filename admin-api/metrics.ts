@@ -252,6 +252,20 @@ export function renderGatewayMetrics({
       'Bytes of the held replies (frontend.resumeMaxBytes bounds them), with 1 KiB of overhead each.',
       single(rpc.heldReplyBytes),
     );
+  if (rpc.departuresKept !== undefined)
+    w.family(
+      `${P}rpc_departures_kept`,
+      'gauge',
+      'Clients gone with calls kept for their return from the same address and port (frontend.resumeWindowMs).',
+      single(rpc.departuresKept),
+    );
+  if (rpc.callsKept !== undefined)
+    w.family(
+      `${P}rpc_calls_kept`,
+      'gauge',
+      'The calls kept for them: in flight, answered while they were away, or answered just before they were lost.',
+      single(rpc.callsKept),
+    );
   if (rpc.creditStalls !== undefined)
     w.family(
       `${P}rpc_credit_stalls_total`,

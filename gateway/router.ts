@@ -68,6 +68,9 @@ import { UlbOutcome } from './ulb/types.js';
 
 const EMPTY = Buffer.alloc(0);
 
+/** How long a pinned retransmission (router/departed.ts) waits for its connection's credit at most, ms. */
+const PIN_WAIT_MS = 1000;
+
 /** How many more calls than the least-loaded connection a burst's connection may hold and still take its next call (`pick`). */
 const BURST_SLACK = 32;
 
@@ -323,6 +326,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     s.clients = this.clients.size;
     s.sessions = this.sessions.size;
     s.sessionsEvicted = this.sessions.evicted;
+    s.departuresKept = this.departed.size;
+    s.callsKept = this.departed.heldCalls;
     s.recordsInUse = this.records.inUse;
     s.recordsCreated = this.records.created;
     return { ...s };
@@ -408,7 +413,8 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     const client = new ClientState(conn);
     conn.context = client;
     this.clients.add(client);
-    if (!this.departed.enabled) return client;
+    // (A socket destroyed before its addresses were read has none: nothing to match it by.)
+    if (!this.departed.enabled || conn.remotePort === 0) return client;
     const endpoint = endpointOf(conn.remoteAddress, conn.remotePort, conn.localAddress, conn.localPort);
     client.endpoint = endpoint;
     const before = this.liveByEndpoint.get(endpoint);
@@ -437,10 +443,10 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   onEnd(conn: FrontendConnection): void {
     const client = conn.context as ClientState | undefined;
     if (client === undefined || client.closed || client.endpoint === '') return;
-    this.departed.depart(client, client.endpoint, performance.now());
+    this.departed.depart(client, client.endpoint, performance.now(), true);
   }
 
-  onClose(conn: FrontendConnection, _reason: CloseReason): void {
+  onClose(conn: FrontendConnection, reason: CloseReason): void {
     const client = conn.context as ClientState | undefined;
     if (client === undefined || client.closed) return;
     client.closed = true;
@@ -455,7 +461,11 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       this.finishCall(r);
     }
     // What is left in its XID table is in flight: kept for its return, with the calls answered last.
-    if (client.endpoint !== '') this.departed.depart(client, client.endpoint, performance.now());
+    // A clean close (the client's FIN, every reply written) keeps only what is still in flight; a lost
+    // connection keeps the calls answered lately too, whose replies may not have reached the client.
+    if (client.endpoint !== '')
+      this.departed.depart(client, client.endpoint, performance.now(), reason.code !== 'CLOSED_BY_CLIENT');
+    else if (this.departed.enabled && client.calls > 0) this.stats.unmatchableDepartures++;
   }
 
   /** A call is over: out of its client's XID table (if still there) and its record back to the pool. */
@@ -486,10 +496,10 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     if (match === Match.ANSWERED) {
       client.replies++;
       this.stats.replies++;
+      // Kept, not pooled, and never written to: the same buffer may answer again (`DepartedCalls.match`).
       this.one[0] = held.reply as Buffer;
       conn.sendReply(this.one);
       this.one[0] = EMPTY;
-      held.reply = null;
       return match;
     }
     const r = held.record as CallRecord;
@@ -498,8 +508,6 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     gone.inFlight--;
     gone.xids.delete(clientXid);
     gone.conn.releaseReplyRoom(r.replyReserve, RoomParty.RDMA);
-    // A half-open connection counts the call until it is answered: it is answered here instead.
-    if (!gone.closed) gone.conn.release();
     r.client = client;
     client.inFlight++;
     client.xids.set(clientXid, r);
@@ -626,7 +634,9 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     const s = r.session;
     if (s !== null && s.link !== null && this.usable(s.link)) return s.link;
     const p = r.pinned;
-    if (p !== null && !this.usable(p)) r.pinned = null;
+    // A pin is worth a short wait for a credit, not a client held until its hold time while other
+    // connections are free: then the call goes anywhere (and may run again at the server).
+    if (p !== null && (!this.usable(p) || performance.now() - r.enqueuedAt > PIN_WAIT_MS)) r.pinned = null;
     return r.pinned;
   }
 
@@ -753,7 +763,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       const now = performance.now();
       // Its reply may yet be lost with the connection: kept with a departure for a retransmission.
       if (this.departed.enabled && !r.gss && !r.idempotent && link !== null)
-        client.noteAnswered(r.clientXid, r.xid, link.id, r.message.length, now);
+        client.noteAnswered(r.clientXid, r.xid, link.id, r.message, now);
       // Counted before the hand-over: a pooled reply belongs to the frontend once given to sendReply.
       this.callStats.reply(reply, r.arrivedAt, now);
       this.one[0] = reply;

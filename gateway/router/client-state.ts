@@ -9,7 +9,11 @@ import type { CallRecord } from './call-record.js';
 import { AnsweredRing, type Departure } from './departed.js';
 import type { Session } from './sessions.js';
 
+let nextClientId = 1;
+
 export class ClientState {
+  /** Unique in the process: what kept calls name their client by (router/departed.ts). */
+  readonly id = nextClientId++;
   readonly conn: FrontendConnection;
   /** Waiting calls, oldest first (retransmissions go to the front). */
   head: CallRecord | null = null;
@@ -37,6 +41,8 @@ export class ClientState {
   endpoint = '';
   /** Its last calls answered (created on its first reply when departures are kept: router/departed.ts). */
   answered: AnsweredRing | null = null;
+  /** Counted in `departures` (once, though its FIN and its close may both keep calls). */
+  counted = false;
   /** It left with calls in flight, kept here for its return (router/departed.ts). */
   departure: Departure | null = null;
   /**
@@ -58,9 +64,9 @@ export class ClientState {
   }
 
   /** Notes a call answered (`AnsweredRing.add`), creating the ring on first use. */
-  noteAnswered(clientXid: number, gatewayXid: number, linkId: number, length: number, now: number): void {
+  noteAnswered(clientXid: number, gatewayXid: number, linkId: number, call: Buffer, now: number): void {
     this.answered ??= new AnsweredRing();
-    this.answered.add(clientXid, gatewayXid, linkId, length, now);
+    this.answered.add(clientXid, gatewayXid, linkId, call, now);
   }
 
   push(r: CallRecord): void {

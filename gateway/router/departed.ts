@@ -12,41 +12,49 @@
  *   connection; nothing is sent again);
  * - the replies that came while it was away: a retransmission of one is answered with it, once, as the
  *   server's DRC would have answered it;
- * - the calls answered in its last `RECENT_MS`: their replies may have been lost with the connection
- *   (written, not yet read). A retransmission of one goes again under its first gateway XID on the same
- *   RDMA connection, where the server's DRC knows it (Linux's nfsd keys it on the XID, the peer's address
- *   and port, the procedure, the length and a checksum of the call): a non-idempotent call is answered
- *   from the cache instead of running twice. The gateway keeps no copy of such a call; it checks the
- *   length and leaves the bytes to the server's cache, whose checksum tells another call under a reused
- *   XID from a retransmission.
+ * - when it was lost (a reset, an error, a new connection of the same four-tuple, a FIN with calls in
+ *   flight; not a clean close), the calls that change state answered to it within the window: their
+ *   replies may have been lost with the connection (written, not yet read). A retransmission of one goes
+ *   again under its first gateway XID on the same RDMA connection, where the server's DRC knows it
+ *   (Linux's nfsd keys it on the XID, the peer's address and port, the procedure, the length and a
+ *   checksum of the call): a non-idempotent call is answered from the cache instead of running twice.
  *
- * A call in flight or answered while away counts as "the same" only with the same XID and the same bytes
- * after the XID (the whole call; nfsd compares a checksum of the first 256 bytes of the arguments and the
- * length, so this is the stricter test). An RPCSEC_GSS retransmission under a new sequence number
- * (RFC 2203 §5.3.3.1) differs and goes to the server afresh, as it would without the gateway; Linux's
- * client keeps the number while it is inside the window, and then the retransmission matches, which is
- * as harmless. Only the replies of calls that change state are held (`CallRecord.idempotent`), within
- * `maxBytes` for all (beyond, the oldest departures' go, and their retransmissions go afresh: what
- * happens without this table); departures and kept calls are bounded in number too.
+ * What counts as "the same" call: for a call still in flight, the same XID and the same bytes after it;
+ * for an answered one (its record is given back), the same XID, length and CRC-32 of the first 512 bytes
+ * after the XID, as nfsd compares a checksum of the start of the arguments and the length. The checksum
+ * matters for the resend under the first gateway XID: ganesha's cache, on an RDMA connection, compares the
+ * XID alone. An RPCSEC_GSS retransmission under a new sequence number (RFC 2203 §5.3.3.1) differs and goes
+ * to the server afresh, as it would without the gateway; Linux's client keeps the number while it is
+ * inside the window, and then the retransmission matches, which is as harmless. Only the replies of calls
+ * that change state are held (`CallRecord.idempotent`), within `maxBytes` for all (beyond, the oldest
+ * departures' go, and their retransmissions go afresh: what happens without this table); departures and
+ * kept calls are bounded in number too.
  *
  * This serves NFSv3 and NFSv4.0 clients. Linux's NFSv4.1 client does not bind its old port again: its
  * session's slots (RFC 8881 §2.10.6) have the server answer a retransmission from the slot's reply cache
  * whatever connection and XID it comes with.
  */
-import { hash } from 'node:crypto';
+import { crc32 } from 'node:zlib';
 import { U32Map } from '../../common/u32-map.js';
 import type { CallRecord } from './call-record.js';
 import type { ClientState } from './client-state.js';
 
 /**
- * What a held reply costs beyond its bytes, in the `maxBytes` budget: its buffer's and its fingerprint's
- * allocations and the entry (measured: about 1.4 KiB per kept call with a 28-byte reply, departure
- * included, over 100,000 departures).
+ * What a held reply costs beyond its bytes, in the `maxBytes` budget: its buffer's allocation and the
+ * entry (measured: about 1.4 KiB per kept call with a 28-byte reply, departure included, over 100,000
+ * departures).
  */
 const HELD_REPLY_OVERHEAD = 1024;
 
-/** Calls kept at most over every departure (each costs about 400 bytes even without a reply). */
+/** Calls kept at most over every departure (each costs a few hundred bytes even without a reply). */
 const MAX_HELD_CALLS = 16_384;
+
+/**
+ * How much of a call after its XID its checksum covers: the header (program, version, procedure,
+ * credential) and the start of the arguments, as nfsd checksums the first 256 bytes of the arguments
+ * (RC_CSUMLEN) with the length beside it.
+ */
+const CHECKSUM_BYTES = 512;
 
 /**
  * Departures kept at most (each holds its client's calls in flight and at most `AnsweredRing.SIZE`
@@ -56,19 +64,13 @@ const MAX_HELD_CALLS = 16_384;
 const MAX_DEPARTURES = 4096;
 
 /**
- * How long before its client left a call's reply may have been written and still be lost with the
- * connection: the calls answered in this time are kept (`Match.SENT`).
- */
-export const RECENT_MS = 5_000;
-
-/**
  * A call of a departed client: in flight (`record`), answered while it was away (`reply`), or answered
  * just before it left (`gatewayXid` on the connection `linkId`).
  */
 export interface HeldCall {
   readonly clientXid: number;
-  /** The client that sent it (a kept record must still be this client's: `match`). */
-  readonly owner: ClientState;
+  /** The id of the client that sent it (a kept record must still be this client's: `match`). */
+  readonly ownerId: number;
   /** Answered before the client left: its gateway XID and connection (0: not such a call). */
   gatewayXid: number;
   linkId: number;
@@ -76,9 +78,12 @@ export interface HeldCall {
   record: CallRecord | null;
   /** Answered while away: the reply (own memory, the client's XID in place). */
   reply: Buffer | null;
-  /** Answered: the call's length and the SHA-256 of its bytes after the XID (the record is given back). */
+  /**
+   * Answered (here, or just before the client left): the call's length and `checksumOf` it, since its
+   * record is given back.
+   */
   callLength: number;
-  fingerprint: Buffer | null;
+  checksum: number;
 }
 
 /** One client address and port whose connection closed with calls in flight. */
@@ -107,41 +112,45 @@ export const enum Match {
 }
 
 /**
- * The last calls answered to a client (a ring of `SIZE`): the client's XID, the gateway XID and the
- * connection each went under, the call's length, and when. Written once per reply, read only when the
- * client leaves: the calls answered in its last `RECENT_MS` are kept with its departure.
+ * The last calls that change state answered to a client (a ring of `SIZE`, the default
+ * `frontend.maxCallsInFlight`): the client's XID, the gateway XID and the connection each went under,
+ * the call's length and checksum, and when. Written once per reply, read only when the client is lost
+ * (not on a clean close): those answered within the resume window are kept with its departure, since a
+ * reply may sit unread in a socket for as long as the client waits before it gives the connection up.
  */
 export class AnsweredRing {
-  static readonly SIZE = 32;
+  static readonly SIZE = 128;
   private readonly clientXids = new Uint32Array(AnsweredRing.SIZE);
   private readonly gatewayXids = new Uint32Array(AnsweredRing.SIZE);
   private readonly linkIds = new Uint32Array(AnsweredRing.SIZE);
   private readonly lengths = new Uint32Array(AnsweredRing.SIZE);
+  private readonly checksums = new Uint32Array(AnsweredRing.SIZE);
   private readonly times = new Float64Array(AnsweredRing.SIZE);
   private next = 0;
   private count = 0;
 
-  add(clientXid: number, gatewayXid: number, linkId: number, length: number, now: number): void {
+  add(clientXid: number, gatewayXid: number, linkId: number, call: Buffer, now: number): void {
     const i = this.next;
     this.clientXids[i] = clientXid;
     this.gatewayXids[i] = gatewayXid;
     this.linkIds[i] = linkId;
-    this.lengths[i] = length;
+    this.lengths[i] = call.length;
+    this.checksums[i] = checksumOf(call);
     this.times[i] = now;
     this.next = i + 1 === AnsweredRing.SIZE ? 0 : i + 1;
     if (this.count < AnsweredRing.SIZE) this.count++;
   }
 
-  /** The entries answered at `since` or later, oldest first. */
+  /** The entries answered at `since` or later, newest first. */
   forEachSince(
     since: number,
-    fn: (clientXid: number, gatewayXid: number, linkId: number, length: number) => void,
+    fn: (clientXid: number, gatewayXid: number, linkId: number, length: number, checksum: number) => void,
   ): void {
     const size = AnsweredRing.SIZE;
-    for (let k = this.count; k > 0; k--) {
+    for (let k = 1; k <= this.count; k++) {
       const i = (this.next - k + size) % size;
-      if (this.times[i] >= since)
-        fn(this.clientXids[i], this.gatewayXids[i], this.linkIds[i], this.lengths[i]);
+      if (this.times[i] < since) return;
+      fn(this.clientXids[i], this.gatewayXids[i], this.linkIds[i], this.lengths[i], this.checksums[i]);
     }
   }
 }
@@ -149,6 +158,12 @@ export class AnsweredRing {
 export interface DepartedStats {
   /** Departures recorded (a client gone with calls in flight). */
   departures: number;
+  /**
+   * Clients gone after calls whose address could not be read (reset before the gateway accepted the
+   * connection, so `getpeername` failed, though the calls already queued were read): nothing of theirs
+   * can be kept.
+   */
+  unmatchableDepartures: number;
   /** Retransmissions adopted: their first attempt's reply, still in flight, answers them. */
   resumedInFlight: number;
   /** Retransmissions answered with a reply that came while their client was away. */
@@ -163,17 +178,23 @@ export interface DepartedStats {
   /** Gauge: replies held now, and their bytes. */
   heldReplies: number;
   heldReplyBytes: number;
+  /** Gauges (set by the router's snapshot): departures kept, and the calls they keep. */
+  departuresKept: number;
+  callsKept: number;
 }
 
 export function createDepartedStats(): DepartedStats {
   return {
     departures: 0,
+    unmatchableDepartures: 0,
     resumedInFlight: 0,
     resumedAnswered: 0,
     resumedSent: 0,
     heldRepliesDropped: 0,
     heldReplies: 0,
     heldReplyBytes: 0,
+    departuresKept: 0,
+    callsKept: 0,
   };
 }
 
@@ -216,15 +237,17 @@ export class DepartedCalls {
   }
 
   /**
-   * `client` went away (or half-closed: its FIN came) with the calls in its `xids` in flight, and those its
-   * `answered` ring has from its last `RECENT_MS`: keep them for its return. A departure of the same
-   * endpoint still held (the client came back, then went again, or its FIN came before its close) takes
-   * the new ones too. What it already keeps of the same call stays; a call there under the same XID
-   * that is not this one is an older one the client no longer waits for.
+   * `client` went away (or half-closed: its FIN came) with the calls in its `xids` in flight: keep them
+   * for its return. When it was lost (`lost`: a reset, an error, a connection that replaced it, a FIN
+   * with calls in flight; not a clean close with every reply written), the calls its `answered` ring has
+   * from the resume window are kept too, since their replies may not have reached it. A departure of the
+   * same endpoint still held (the client came back, then went again, or its FIN came before its close)
+   * takes the new ones too. What it already keeps of the same call stays; a call there under the same
+   * XID that is not this one is an older one the client no longer waits for.
    */
-  depart(client: ClientState, endpoint: string, now: number): void {
+  depart(client: ClientState, endpoint: string, now: number, lost: boolean): void {
     if (!this.enabled) return;
-    const answered = client.answered;
+    const answered = lost ? client.answered : null;
     if (client.xids.size === 0 && answered === null) return;
     let d = this.byEndpoint.get(endpoint);
     if (d === undefined) {
@@ -235,18 +258,20 @@ export class DepartedCalls {
     }
     this.byEndpoint.set(endpoint, d);
     const departure = d;
-    answered?.forEachSince(now - RECENT_MS, (clientXid, gatewayXid, linkId, length) => {
-      // A call kept in flight or with its reply knows more than where it went.
+    const ownerId = client.id;
+    answered?.forEachSince(now - this.windowMs, (clientXid, gatewayXid, linkId, length, checksum) => {
+      // A call kept in flight or with its reply knows more than where it went; of two answered under one
+      // XID (newest first) the newer stays.
       if (departure.calls.has(clientXid)) return;
       this.put(departure, {
         clientXid,
-        owner: client,
+        ownerId,
         gatewayXid,
         linkId,
         record: null,
         reply: null,
         callLength: length,
-        fingerprint: null,
+        checksum,
       });
     });
     client.xids.forEach((r, clientXid) => {
@@ -257,13 +282,13 @@ export class DepartedCalls {
       }
       this.put(departure, {
         clientXid,
-        owner: client,
+        ownerId,
         gatewayXid: 0,
         linkId: 0,
         record: r,
         reply: null,
         callLength: 0,
-        fingerprint: null,
+        checksum: 0,
       });
     });
     if (departure.calls.size === 0) {
@@ -271,10 +296,11 @@ export class DepartedCalls {
       return;
     }
     // Counted once per client (its FIN and then its close both come here).
-    if (client.departure !== departure) {
-      client.departure = departure;
+    if (!client.counted) {
+      client.counted = true;
       this.stats.departures++;
     }
+    client.departure = departure;
     this.bound();
   }
 
@@ -302,14 +328,15 @@ export class DepartedCalls {
     // Run again, an idempotent call does no harm, and nfsd's cache keeps no reply of one either.
     const cost = reply.length + HELD_REPLY_OVERHEAD;
     if (r.idempotent || !this.makeRoom(cost)) {
-      if (!r.idempotent) this.stats.heldRepliesDropped++;
+      // (A half-open client's reply was written all the same.)
+      if (!r.idempotent && (r.client as ClientState).closed) this.stats.heldRepliesDropped++;
       this.forget(d, held);
       this.dropIfEmpty(d);
       return false;
     }
     const message = r.message;
     held.callLength = message.length;
-    held.fingerprint = fingerprintOf(message);
+    held.checksum = checksumOf(message);
     const copy = Buffer.allocUnsafeSlow(reply.length);
     reply.copy(copy);
     if (!r.gss) copy.writeUInt32BE(r.clientXid, 0);
@@ -346,43 +373,40 @@ export class DepartedCalls {
     if (held === undefined) return Match.NONE;
     let same: boolean;
     const record = held.record;
-    if (held.gatewayXid !== 0) {
-      // The server's cache compares the bytes; a call of another length is surely another call.
-      same = held.callLength === call.length;
-    } else if (record !== null) {
+    if (held.gatewayXid !== 0 || record === null) {
+      // Answered: the length and the checksum of the head, as nfsd's cache compares them. Only then does
+      // a call go again under its first gateway XID: ganesha's cache, on an RDMA connection, matches on
+      // the XID alone (no checksum there), and another call under that XID would get this one's reply.
+      same = held.callLength === call.length && held.checksum === checksumOf(call);
+    } else {
       // Still the kept call (never given back and taken by another: a bug elsewhere must not make a
       // client adopt another's call), and the same bytes after the XID.
       same =
-        record.client === held.owner &&
+        record.client?.id === held.ownerId &&
         record.clientXid === clientXid &&
         record.message.length === call.length &&
         record.message.compare(call, 4, call.length, 4, call.length) === 0;
-    } else {
-      same = held.callLength === call.length && (held.fingerprint as Buffer).equals(fingerprintOf(call));
     }
     if (!same) {
       this.forget(d, held);
       this.dropIfEmpty(d);
       return Match.NONE;
     }
-    let match: Match;
-    if (held.gatewayXid !== 0) {
-      this.stats.resumedSent++;
-      match = Match.SENT;
-    } else if (held.reply !== null) {
+    out.held = held;
+    if (held.reply !== null) {
+      // A kept reply stays for the window, as in a server's cache: the connection it is written on may
+      // be lost too, and the client send the call once more.
       this.stats.resumedAnswered++;
-      match = Match.ANSWERED;
-    } else {
-      this.stats.resumedInFlight++;
-      match = Match.IN_FLIGHT;
+      return Match.ANSWERED;
     }
-    // Taken out whole: the caller uses the reply (unaccounted here) or the record.
-    const reply = held.reply;
+    const match = held.gatewayXid !== 0 ? Match.SENT : Match.IN_FLIGHT;
+    if (match === Match.SENT) this.stats.resumedSent++;
+    else this.stats.resumedInFlight++;
+    // Taken out: the caller sends it again, or adopts the record (whose reply the new client's ring, or
+    // its own departure, then keeps track of).
     this.forget(d, held);
-    held.reply = reply;
     held.record = record;
     this.dropIfEmpty(d);
-    out.held = held;
     return match;
   }
 
@@ -432,7 +456,6 @@ export class DepartedCalls {
     }
     held.reply = null;
     held.record = null;
-    held.fingerprint = null;
   }
 
   /** Drops the oldest departures' held replies until `cost` more fits; false if it cannot. */
@@ -466,7 +489,10 @@ function callsOf(d: Departure): HeldCall[] {
   return all;
 }
 
-/** The fingerprint of a call: SHA-256 of its bytes after the XID (which the gateway rewrites). */
-function fingerprintOf(call: Buffer): Buffer {
-  return hash('sha256', call.subarray(4), 'buffer') as unknown as Buffer;
+/**
+ * The checksum of a call: CRC-32 of its first `CHECKSUM_BYTES` after the XID (which the gateway rewrites):
+ * with the length, what tells a retransmission from another call under the same XID.
+ */
+export function checksumOf(call: Buffer): number {
+  return crc32(call.subarray(4, Math.min(call.length, 4 + CHECKSUM_BYTES)));
 }
