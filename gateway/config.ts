@@ -169,7 +169,7 @@ export const CONFIG_SCHEMA: readonly KeyDef[] = [
     key: 'frontend.resumeWindowMs',
     kind: { type: 'int', min: 0, max: 3_600_000 },
     default: DEFAULT_RESUME_WINDOW_MS,
-    doc: "How long the calls of a client that went away (in flight, answered while it is away, or, when its connection was lost, answered within the window) are kept for its return from the same address and port: its retransmission of one is answered by the first attempt's reply, or sent again under the first gateway XID on the same RDMA connection for the server's duplicate request cache, instead of running again under a new gateway XID (0: off).",
+    doc: "How long the calls of a client that went away (in flight, answered while it is away, or answered lately: within the window when its connection was lost, 10 s after a clean close) are kept for its return from the same address and port: its retransmission of one is answered by the first attempt's reply, or sent again under the first gateway XID on the same RDMA connection for the server's duplicate request cache, instead of running again under a new gateway XID (0: off).",
   },
   {
     key: 'frontend.resumeMaxBytes',

@@ -315,6 +315,7 @@ export class GatewayControlAdapter
           resumed_in_flight: r.resumedInFlight,
           resumed_answered: r.resumedAnswered,
           resumed_sent: r.resumedSent,
+          resumed_unpinned: r.resumedUnpinned,
           held_replies_dropped: r.heldRepliesDropped,
           hold_expired: r.holdExpired,
           refused: r.refused,

@@ -222,6 +222,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     maxReplyBytes: config.frontend.maxReplyBytes,
     resumeWindowMs: config.frontend.resumeWindowMs,
     resumeMaxBytes: config.frontend.resumeMaxBytes,
+    answeredRing: config.frontend.maxCallsInFlight,
     // A reply the ULB cannot bound can be as large as the Reply chunk the transport offers.
     unknownReplyBytes: transport.maxChunkSize,
   });

@@ -113,6 +113,11 @@ export interface RouterOptions {
   resumeWindowMs?: number;
   /** Reply bytes held for departed clients, all together. Default 16 MiB. */
   resumeMaxBytes?: number;
+  /**
+   * Answered calls remembered per client for its loss (router/departed.ts): its calls in flight at most
+   * (`frontend.maxCallsInFlight`). Default 128.
+   */
+  answeredRing?: number;
 }
 
 /** Defaults of `RouterOptions.maxReplyBytes` and `unknownReplyBytes`. */
@@ -235,6 +240,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   private readonly departed: DepartedCalls;
   /** `departed.match`'s out-parameter (one, reused). */
   private readonly matched: { held: HeldCall | null } = { held: null };
+  private readonly answeredRing: number;
   /** Connections the operator took out of rotation (`setOffline`), also before their link exists. */
   private readonly offline = new Set<RpcRdmaConnection>();
   /**
@@ -268,6 +274,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       options.recordPool?.release,
     );
     this.records = new CallRecordPool(options.recordPool?.release);
+    this.answeredRing = options.answeredRing ?? 128;
     this.departed = new DepartedCalls(
       options.resumeWindowMs ?? DEFAULT_RESUME_WINDOW_MS,
       options.resumeMaxBytes ?? DEFAULT_RESUME_MAX_BYTES,
@@ -392,6 +399,10 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       r.xid = pinXid;
       r.pinned = pinLink;
       record.writeUInt32BE(pinXid, 0);
+      // Its claim on the connection's next credit starts now: calls ahead of it in the ring must not
+      // take that credit before its turn comes (`pick`, `takes`).
+      r.pinWaitSince = now;
+      pinLink.pinClaimUntil = Math.max(pinLink.pinClaimUntil, now + PIN_WAIT_MS);
     }
     r.queuedAt = now;
     r.enqueuedAt = now;
@@ -471,7 +482,12 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   /** A call is over: out of its client's XID table (if still there) and its record back to the pool. */
   private finishCall(r: CallRecord): void {
     const client = r.client;
-    if (client !== null && client.xids.get(r.clientXid) === r) client.xids.delete(r.clientXid);
+    if (client !== null) {
+      if (client.xids.get(r.clientXid) === r) client.xids.delete(r.clientXid);
+      // Kept (its FIN came, say, while it was still queued): kept no more, its record is reused.
+      if (client.departure !== null) this.departed.release(r);
+    }
+    this.unpin(r);
     this.records.give(r);
   }
 
@@ -603,7 +619,9 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
         }
         const link = this.pick(r);
         if (link === null) {
-          if (!r.gss && !this.bound(r)) break; // no credit anywhere: wait for a reply or a new connection
+          // No credit anywhere: wait for a reply or a new connection; unless a credit is held for a pinned
+          // retransmission further on in the ring, which must get its turn.
+          if (!r.gss && !this.bound(r) && !this.claimed()) break;
           // This GSS XID is in use wherever a credit is free, or the session's own connection has no
           // credit now: let the other clients go first.
           if (r.gss) this.stats.gssXidCollisions++;
@@ -634,10 +652,14 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     const s = r.session;
     if (s !== null && s.link !== null && this.usable(s.link)) return s.link;
     const p = r.pinned;
-    // A pin is worth a short wait for a credit, not a client held until its hold time while other
-    // connections are free: then the call goes anywhere (and may run again at the server).
-    if (p !== null && (!this.usable(p) || performance.now() - r.enqueuedAt > PIN_WAIT_MS)) r.pinned = null;
+    if (p !== null && !this.usable(p)) this.unpin(r);
     return r.pinned;
+  }
+
+  /** The call is pinned no more (sent, gone, or given up on its connection). */
+  private unpin(r: CallRecord): void {
+    r.pinWaitSince = -1;
+    r.pinned = null;
   }
 
   /** True when the call must go on one connection (`boundLink`). */
@@ -651,7 +673,26 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
 
   /** Whether the unbound call `r` may go on `l` now: in rotation, a free credit, and its XID free for GSS. */
   private static takes(l: ConnectionLink, r: CallRecord): boolean {
-    return !l.offline && Router.free(l) && !(r.gss && l.xids.has(r.clientXid));
+    // A credit that frees on a connection a pinned retransmission waits for is that call's (`pick`).
+    return (
+      !l.offline &&
+      Router.free(l) &&
+      !(r.gss && l.xids.has(r.clientXid)) &&
+      (l.pinClaimUntil === 0 || Router.claimOver(l))
+    );
+  }
+
+  /** Whether some connection's credit is claimed by a pinned retransmission (`pick`). */
+  private claimed(): boolean {
+    for (const l of this.links) if (l.pinClaimUntil !== 0 && !Router.claimOver(l)) return true;
+    return false;
+  }
+
+  /** Whether the pinned calls' claim on `l` is over (then forgotten). */
+  private static claimOver(l: ConnectionLink): boolean {
+    if (performance.now() < l.pinClaimUntil) return false;
+    l.pinClaimUntil = 0;
+    return true;
   }
 
   /** Whether `l` can take a call now. */
@@ -673,7 +714,25 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     const bound = this.boundLink(r);
     if (bound !== null) {
       const l = bound;
-      return Router.free(l) && !(r.gss && l.xids.has(r.clientXid)) ? l : null;
+      if (Router.free(l) && !(r.gss && l.xids.has(r.clientXid))) {
+        if (r.pinned === l) {
+          l.pinClaimUntil = 0; // its claim is met (another waiting pin claims again at its next miss)
+          this.unpin(r);
+        }
+        return l;
+      }
+      if (r.pinned !== l) return null; // a session's call waits for its connection
+      // A pinned retransmission claims its connection's next credit (no other call takes it), for
+      // PIN_WAIT_MS from its first miss at most: then it goes anywhere (and may run again at the server)
+      // rather than hold its client until the hold time while other connections are free.
+      const now = performance.now();
+      if (now - r.pinWaitSince <= PIN_WAIT_MS) {
+        // Bounded in time by itself: a claimant its client holds back (reply room) blocks no one long.
+        l.pinClaimUntil = Math.max(l.pinClaimUntil, r.pinWaitSince + PIN_WAIT_MS);
+        return null;
+      }
+      this.unpin(r);
+      this.stats.resumedUnpinned++;
     }
     let best: ConnectionLink | null = null;
     let bestLoad = Number.POSITIVE_INFINITY;
@@ -763,7 +822,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       const now = performance.now();
       // Its reply may yet be lost with the connection: kept with a departure for a retransmission.
       if (this.departed.enabled && !r.gss && !r.idempotent && link !== null)
-        client.noteAnswered(r.clientXid, r.xid, link.id, r.message, now);
+        client.noteAnswered(r.clientXid, r.xid, link.id, r.message, now, this.answeredRing);
       // Counted before the hand-over: a pooled reply belongs to the frontend once given to sendReply.
       this.callStats.reply(reply, r.arrivedAt, now);
       this.one[0] = reply;
@@ -789,7 +848,6 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     const client = r.client as ClientState;
     if (client.closed) {
       // Not sent again for a client that is gone: its retransmission, if it comes back, goes afresh.
-      if (client.departure !== null) this.departed.release(r);
       this.finishCall(r);
       this.pump();
       return;
@@ -820,7 +878,6 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       { code: error.code, details: error.details, xid: r.clientXid },
       'RDMA peer refused a call; closing the client so that it retransmits',
     );
-    if (client.departure !== null) this.departed.release(r);
     this.finishCall(r);
     this.closeNow(client.conn, 'ERR_RDMA_REFUSED', `the RDMA peer refused a call: ${error.code}`, {
       transportCode: error.code,
@@ -959,6 +1016,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
           xids: new U32Map<CallRecord>(),
           backchannels: new Set(),
           offline: this.offline.has(conn),
+          pinClaimUntil: 0,
         };
         this.linkOf.set(conn, link);
         this.linkById.set(link.id, link);

@@ -345,8 +345,9 @@ export class FrontendConnection {
   /** Immediate close: nothing more is read or written. */
   destroy(code: string, message = code, details: Record<string, unknown> = {}): void {
     if (this.closed) return;
-    // A graceful close cut short (drain timeout) is reported with the facts of why it was cut short.
-    if (this.closing && this.reason) this.reason = { code, message, details };
+    // A graceful close cut short (drain timeout), or a half-open connection the server ends (the client's
+    // FIN set CLOSED_BY_CLIENT), is reported with the facts of why it was cut short.
+    if ((this.closing || this.readEnded) && this.reason) this.reason = { code, message, details };
     else this.setReason(code, message, details);
     this.closing = true;
     this.dropBacklog();

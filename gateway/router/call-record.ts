@@ -28,6 +28,11 @@ export interface ConnectionLink {
   readonly backchannels: Set<Session>;
   /** Taken out of rotation by the operator (admin API): no new calls, those in flight finish. */
   offline: boolean;
+  /**
+   * Until when (`performance.now()` ms) a pinned retransmission waiting here claims the next credit (no
+   * other call takes it: `Router.pick`); 0: no claim.
+   */
+  pinClaimUntil: number;
 }
 
 export class CallRecord implements TransportCall {
@@ -81,6 +86,8 @@ export class CallRecord implements TransportCall {
    * the gateway XID it had there (router/departed.ts), while that connection is up.
    */
   pinned: ConnectionLink | null = null;
+  /** When the pinned call first found its connection without a credit (ms), or -1. */
+  pinWaitSince = -1;
 
   constructor() {
     this.ddpArgs = this.plan.args;
@@ -105,6 +112,7 @@ export class CallRecord implements TransportCall {
     this.sessionOp = SessionOp.NONE;
     this.session = null;
     this.pinned = null;
+    this.pinWaitSince = -1;
     this.plan.fallBack();
     this.plan.binding = null;
   }

@@ -64,8 +64,15 @@ export class ClientState {
   }
 
   /** Notes a call answered (`AnsweredRing.add`), creating the ring on first use. */
-  noteAnswered(clientXid: number, gatewayXid: number, linkId: number, call: Buffer, now: number): void {
-    this.answered ??= new AnsweredRing();
+  noteAnswered(
+    clientXid: number,
+    gatewayXid: number,
+    linkId: number,
+    call: Buffer,
+    now: number,
+    ringSize: number,
+  ): void {
+    this.answered ??= new AnsweredRing(ringSize);
     this.answered.add(clientXid, gatewayXid, linkId, call, now);
   }
 

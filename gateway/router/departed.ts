@@ -12,19 +12,20 @@
  *   connection; nothing is sent again);
  * - the replies that came while it was away: a retransmission of one is answered with it, once, as the
  *   server's DRC would have answered it;
- * - when it was lost (a reset, an error, a new connection of the same four-tuple, a FIN with calls in
- *   flight; not a clean close), the calls that change state answered to it within the window: their
- *   replies may have been lost with the connection (written, not yet read). A retransmission of one goes
- *   again under its first gateway XID on the same RDMA connection, where the server's DRC knows it
- *   (Linux's nfsd keys it on the XID, the peer's address and port, the procedure, the length and a
- *   checksum of the call): a non-idempotent call is answered from the cache instead of running twice.
+ * - the calls that change state answered to it lately: within the window when it was lost (a reset, an
+ *   error, a new connection of the same four-tuple, a FIN with calls in flight), within `CLEAN_CLOSE_MS`
+ *   after a clean close (a reply that crossed its FIN is lost). Their replies may not have reached it
+ *   (written, not yet read). A retransmission of one goes again under its first gateway XID on the same
+ *   RDMA connection, where the server's DRC knows it (Linux's nfsd keys it on the XID, the peer's address
+ *   and port, the procedure, the length and a checksum of the arguments): a non-idempotent call is
+ *   answered from the cache instead of running twice.
  *
  * What counts as "the same" call: for a call still in flight, the same XID and the same bytes after it;
- * for an answered one (its record is given back), the same XID, length and CRC-32 of the first 512 bytes
- * after the XID, as nfsd compares a checksum of the start of the arguments and the length. The checksum
- * matters for the resend under the first gateway XID: ganesha's cache, on an RDMA connection, compares the
- * XID alone. An RPCSEC_GSS retransmission under a new sequence number (RFC 2203 §5.3.3.1) differs and goes
- * to the server afresh, as it would without the gateway; Linux's client keeps the number while it is
+ * for an answered one (its record is given back), the same XID, length and `checksumOf` (program,
+ * version, procedure and the first 256 bytes of the arguments), as nfsd compares a checksum of the start
+ * of the arguments and the length. The checksum matters for the resend under the first gateway XID:
+ * ganesha's cache, on an RDMA connection, compares the XID alone. An RPCSEC_GSS retransmission under a
+ * new sequence number (RFC 2203 §5.3.3.1) differs and goes to the server afresh, as it would without the gateway; Linux's client keeps the number while it is
  * inside the window, and then the retransmission matches, which is as harmless. Only the replies of calls
  * that change state are held (`CallRecord.idempotent`), within `maxBytes` for all (beyond, the oldest
  * departures' go, and their retransmissions go afresh: what happens without this table); departures and
@@ -50,11 +51,17 @@ const HELD_REPLY_OVERHEAD = 1024;
 const MAX_HELD_CALLS = 16_384;
 
 /**
- * How much of a call after its XID its checksum covers: the header (program, version, procedure,
- * credential) and the start of the arguments, as nfsd checksums the first 256 bytes of the arguments
- * (RC_CSUMLEN) with the length beside it.
+ * How much of a call's arguments its checksum covers, with the program, version and procedure: as nfsd
+ * checksums the first 256 bytes of the arguments (RC_CSUMLEN) with the length beside it.
  */
-const CHECKSUM_BYTES = 512;
+const CHECKSUM_ARG_BYTES = 256;
+
+/**
+ * A departure of clean closes only (the client's FIN, every reply written) is kept this long: a reply
+ * that crossed the FIN of a client giving up on it is lost, and the client sends the call again at once
+ * from its new connection. Lost connections keep theirs for the whole window.
+ */
+const CLEAN_CLOSE_MS = 10_000;
 
 /**
  * Departures kept at most (each holds its client's calls in flight and at most `AnsweredRing.SIZE`
@@ -91,6 +98,8 @@ export class Departure {
   readonly endpoint: string;
   readonly calls = new U32Map<HeldCall>();
   expiresAt: number;
+  /** A lost connection left calls here (not only clean closes): kept first when a bound is reached. */
+  lost = false;
   /** Bytes of the replies held here (counted with `HELD_REPLY_OVERHEAD` each). */
   heldBytes = 0;
 
@@ -119,15 +128,26 @@ export const enum Match {
  * reply may sit unread in a socket for as long as the client waits before it gives the connection up.
  */
 export class AnsweredRing {
-  static readonly SIZE = 128;
-  private readonly clientXids = new Uint32Array(AnsweredRing.SIZE);
-  private readonly gatewayXids = new Uint32Array(AnsweredRing.SIZE);
-  private readonly linkIds = new Uint32Array(AnsweredRing.SIZE);
-  private readonly lengths = new Uint32Array(AnsweredRing.SIZE);
-  private readonly checksums = new Uint32Array(AnsweredRing.SIZE);
-  private readonly times = new Float64Array(AnsweredRing.SIZE);
+  private readonly size: number;
+  private readonly clientXids: Uint32Array;
+  private readonly gatewayXids: Uint32Array;
+  private readonly linkIds: Uint32Array;
+  private readonly lengths: Uint32Array;
+  private readonly checksums: Uint32Array;
+  private readonly times: Float64Array;
   private next = 0;
   private count = 0;
+
+  /** `size`: the client's calls in flight at most (`frontend.maxCallsInFlight`). */
+  constructor(size: number) {
+    this.size = size;
+    this.clientXids = new Uint32Array(size);
+    this.gatewayXids = new Uint32Array(size);
+    this.linkIds = new Uint32Array(size);
+    this.lengths = new Uint32Array(size);
+    this.checksums = new Uint32Array(size);
+    this.times = new Float64Array(size);
+  }
 
   add(clientXid: number, gatewayXid: number, linkId: number, call: Buffer, now: number): void {
     const i = this.next;
@@ -137,8 +157,8 @@ export class AnsweredRing {
     this.lengths[i] = call.length;
     this.checksums[i] = checksumOf(call);
     this.times[i] = now;
-    this.next = i + 1 === AnsweredRing.SIZE ? 0 : i + 1;
-    if (this.count < AnsweredRing.SIZE) this.count++;
+    this.next = i + 1 === this.size ? 0 : i + 1;
+    if (this.count < this.size) this.count++;
   }
 
   /** The entries answered at `since` or later, newest first. */
@@ -146,7 +166,7 @@ export class AnsweredRing {
     since: number,
     fn: (clientXid: number, gatewayXid: number, linkId: number, length: number, checksum: number) => void,
   ): void {
-    const size = AnsweredRing.SIZE;
+    const size = this.size;
     for (let k = 1; k <= this.count; k++) {
       const i = (this.next - k + size) % size;
       if (this.times[i] < since) return;
@@ -156,7 +176,10 @@ export class AnsweredRing {
 }
 
 export interface DepartedStats {
-  /** Departures recorded (a client gone with calls in flight). */
+  /**
+   * Clients gone (or half-closed) with calls kept for their return: in flight, or answered lately (once
+   * per client).
+   */
   departures: number;
   /**
    * Clients gone after calls whose address could not be read (reset before the gateway accepted the
@@ -173,6 +196,11 @@ export interface DepartedStats {
    * gateway XID on the same connection (for the server's duplicate request cache).
    */
   resumedSent: number;
+  /**
+   * Of those, sent on another connection after waiting PIN_WAIT_MS for a credit on theirs (the server's
+   * cache there does not know them).
+   */
+  resumedUnpinned: number;
   /** Replies not held because `maxBytes` was reached (their retransmissions go to the server afresh). */
   heldRepliesDropped: number;
   /** Gauge: replies held now, and their bytes. */
@@ -190,6 +218,7 @@ export function createDepartedStats(): DepartedStats {
     resumedInFlight: 0,
     resumedAnswered: 0,
     resumedSent: 0,
+    resumedUnpinned: 0,
     heldRepliesDropped: 0,
     heldReplies: 0,
     heldReplyBytes: 0,
@@ -238,28 +267,33 @@ export class DepartedCalls {
 
   /**
    * `client` went away (or half-closed: its FIN came) with the calls in its `xids` in flight: keep them
-   * for its return. When it was lost (`lost`: a reset, an error, a connection that replaced it, a FIN
-   * with calls in flight; not a clean close with every reply written), the calls its `answered` ring has
-   * from the resume window are kept too, since their replies may not have reached it. A departure of the
+   * for its return, and the calls its `answered` ring has, since their replies may not have reached it:
+   * from the whole window when it was lost (`lost`: a reset, an error, a connection that replaced it, a
+   * FIN with calls in flight), from the last `CLEAN_CLOSE_MS` after a clean close (its FIN, every reply
+   * written: written is not read, and a reply that crossed the FIN is lost). A departure of the
    * same endpoint still held (the client came back, then went again, or its FIN came before its close)
    * takes the new ones too. What it already keeps of the same call stays; a call there under the same
    * XID that is not this one is an older one the client no longer waits for.
    */
   depart(client: ClientState, endpoint: string, now: number, lost: boolean): void {
     if (!this.enabled) return;
-    const answered = lost ? client.answered : null;
+    const answered = client.answered;
     if (client.xids.size === 0 && answered === null) return;
+    // A clean close keeps what is in flight for the window, and its answered calls for CLEAN_CLOSE_MS.
+    const keepFor = lost || client.xids.size > 0 ? this.windowMs : Math.min(this.windowMs, CLEAN_CLOSE_MS);
     let d = this.byEndpoint.get(endpoint);
     if (d === undefined) {
-      d = new Departure(endpoint, now + this.windowMs);
+      d = new Departure(endpoint, now + keepFor);
     } else {
       this.byEndpoint.delete(endpoint); // re-inserted: now the newest
-      d.expiresAt = now + this.windowMs;
+      d.expiresAt = Math.max(d.expiresAt, now + keepFor);
     }
     this.byEndpoint.set(endpoint, d);
+    if (lost) d.lost = true;
     const departure = d;
+    const since = now - (lost ? this.windowMs : CLEAN_CLOSE_MS);
     const ownerId = client.id;
-    answered?.forEachSince(now - this.windowMs, (clientXid, gatewayXid, linkId, length, checksum) => {
+    answered?.forEachSince(since, (clientXid, gatewayXid, linkId, length, checksum) => {
       // A call kept in flight or with its reply knows more than where it went; of two answered under one
       // XID (newest first) the newer stays.
       if (departure.calls.has(clientXid)) return;
@@ -309,9 +343,12 @@ export class DepartedCalls {
    * flight become plain orphans).
    */
   private bound(): void {
-    for (const d of this.byEndpoint.values()) {
-      if (this.byEndpoint.size <= MAX_DEPARTURES && this.entries <= MAX_HELD_CALLS) return;
-      this.drop(d);
+    // Clean closes' departures go first, oldest first; then lost ones.
+    for (const lostToo of [false, true]) {
+      for (const d of this.byEndpoint.values()) {
+        if (this.byEndpoint.size <= MAX_DEPARTURES && this.entries <= MAX_HELD_CALLS) return;
+        if (lostToo || !d.lost) this.drop(d);
+      }
     }
   }
 
@@ -412,10 +449,8 @@ export class DepartedCalls {
 
   /** Departures past their window: their held replies go; their calls in flight become plain orphans. */
   expire(now: number): void {
-    for (const d of this.byEndpoint.values()) {
-      if (d.expiresAt > now) break; // in departure order, and every window is the same length
-      this.drop(d);
-    }
+    // Not in expiry order (clean closes keep theirs for less), but at most MAX_DEPARTURES per tick.
+    for (const d of this.byEndpoint.values()) if (d.expiresAt <= now) this.drop(d);
   }
 
   /** Forgets everything (the router is closing). */
@@ -490,9 +525,25 @@ function callsOf(d: Departure): HeldCall[] {
 }
 
 /**
- * The checksum of a call: CRC-32 of its first `CHECKSUM_BYTES` after the XID (which the gateway rewrites):
- * with the length, what tells a retransmission from another call under the same XID.
+ * The checksum of a call: CRC-32 of its program, version and procedure and of the first
+ * `CHECKSUM_ARG_BYTES` of its arguments (after the credential and verifier), as nfsd's cache checksums
+ * the arguments; with the length and the XID, what tells a retransmission from another call. A call whose
+ * header does not parse is checksummed from after its XID (which the gateway rewrites).
  */
 export function checksumOf(call: Buffer): number {
-  return crc32(call.subarray(4, Math.min(call.length, 4 + CHECKSUM_BYTES)));
+  const args = argumentsOffset(call);
+  if (args < 0) return crc32(call.subarray(4, Math.min(call.length, 4 + 2 * CHECKSUM_ARG_BYTES)));
+  return crc32(
+    call.subarray(args, Math.min(call.length, args + CHECKSUM_ARG_BYTES)),
+    crc32(call.subarray(12, 24)),
+  );
+}
+
+/** Where a call's arguments start (RFC 5531 §9: after the credential and the verifier), or -1. */
+function argumentsOffset(call: Buffer): number {
+  if (call.length < 40) return -1;
+  const credEnd = 32 + ((call.readUInt32BE(28) + 3) & ~3);
+  if (credEnd + 8 > call.length) return -1;
+  const verfEnd = credEnd + 8 + ((call.readUInt32BE(credEnd + 4) + 3) & ~3);
+  return verfEnd <= call.length ? verfEnd : -1;
 }

@@ -68,6 +68,7 @@ function setup() {
     conn: { state: 'ready', replyError: (_c: unknown, e: unknown) => refused.push(e), reply() {} },
     xids: new Map(),
     id: 1,
+    pinClaimUntil: 0,
     backchannels: new Set(),
     offline: false,
   } as never;
@@ -122,6 +123,7 @@ function twoClients(withC = true) {
     },
     xids: new Map(),
     id: 1,
+    pinClaimUntil: 0,
     backchannels: new Set(),
     offline: false,
   } as never;

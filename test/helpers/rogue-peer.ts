@@ -115,11 +115,21 @@ export class RoguePeer {
   static async listen(
     privateData?: Buffer,
   ): Promise<{ port: number; peer: Promise<RoguePeer>; close(): Promise<void> }> {
-    const device = await createSoftProvider().openDevice();
     let resolvePeer: (p: RoguePeer) => void = () => {};
     const peer = new Promise<RoguePeer>((r) => {
       resolvePeer = r;
     });
+    const l = await RoguePeer.listenMany(privateData, (p) => resolvePeer(p));
+    return { port: l.port, peer, close: l.close };
+  }
+
+  /** Listens for transport client ends, accepting each (`peers`, in order; `onPeer` for each). */
+  static async listenMany(
+    privateData?: Buffer,
+    onPeer?: (p: RoguePeer) => void,
+  ): Promise<{ port: number; peers: RoguePeer[]; close(): Promise<void> }> {
+    const device = await createSoftProvider().openDevice();
+    const peers: RoguePeer[] = [];
     const listener = await device.listen({
       host: '127.0.0.1',
       port: 0,
@@ -134,10 +144,11 @@ export class RoguePeer {
         });
         for (let i = 0; i < RECVS; i++) p.conn.qp.postRecv(p.recvWr(i));
         p.conn.accept({ privateData });
-        resolvePeer(p);
+        peers.push(p);
+        onPeer?.(p);
       },
     });
-    return { port: listener.port, peer, close: () => listener.close() };
+    return { port: listener.port, peers, close: () => listener.close() };
   }
 
   /** Waits until `cond()` holds (checked on every completion/event), failing after `ms`. */

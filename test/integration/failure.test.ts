@@ -84,11 +84,11 @@ async function callAt(peer: Peer, n: number): Promise<Buffer> {
 }
 
 /** The rogue peer answers the call `message` it received (an accepted reply, SUCCESS, no results). */
-function answer(peer: Peer, message: Buffer): void {
+function answer(peer: Peer, message: Buffer, credit = 8): void {
   const xid = message.readUInt32BE(0);
   peer.send(
     headerBytes(
-      { version: 2, htype: 0, xid, credit: 8, flags: 1, invHandle: 0, chunks: {} },
+      { version: 2, htype: 0, xid, credit, flags: 1, invHandle: 0, chunks: {} },
       words(xid, 1, 0, 0, 0, 0, 0),
     ),
   );
@@ -569,6 +569,7 @@ test("a call answered just before its client left goes again under its first gat
   await waitFor(() => c.replies.length === 2, 'answered');
   c.sock.resetAndDestroy();
   await waitFor(() => g.router.stats.departures === 2, 'the second departure');
+  t.is(g.router.snapshot().callsKept, 2, 'both of its calls kept');
   const c2 = await clientFrom(t, g, p3);
   c2.sock.write(echo(0xd1, 'a longer call'));
   t.not((await callAt(peer, 7)).readUInt32BE(0), cFirst.readUInt32BE(0));
@@ -577,21 +578,66 @@ test("a call answered just before its client left goes again under its first gat
   t.is(g.router.stats.resumedSent, 1);
 });
 
-test('a client that closes cleanly (its FIN, every reply written) leaves nothing kept of what was answered', async (t) => {
+test('a clean close keeps the calls answered in its last seconds, for a reply that crossed the FIN; for a short while', async (t) => {
   const { g, peer } = await rogueGateway(t, 8);
   const [port] = await freePorts(1);
   const a = await clientFrom(t, g, port);
-  a.sock.write(echo(0xc9, 'done'));
-  answer(peer, await callAt(peer, 1));
+  a.sock.write(echo(0xc9, 'crossed the FIN'));
+  const first = await callAt(peer, 1);
+  answer(peer, first);
+  // The reply is written, and the client's FIN follows: as far as it knows, the reply was lost.
   await waitFor(() => a.replies.length === 1, 'answered');
   a.sock.end();
   await once(a.sock, 'close');
   await waitFor(() => g.router.snapshot().clients === 0, 'the close seen');
-  t.is(g.router.stats.departures, 0);
+  t.like(g.router.snapshot(), { departures: 1, departuresKept: 1, callsKept: 1 });
   const b = await clientFrom(t, g, port);
-  b.sock.write(echo(0xc9, 'done'));
-  await callAt(peer, 2);
-  t.is(g.router.stats.resumedSent, 0, 'a retransmission after a clean close is a new call');
+  b.sock.write(echo(0xc9, 'crossed the FIN'));
+  t.is((await callAt(peer, 2)).readUInt32BE(0), first.readUInt32BE(0), 'under its first gateway XID');
+  t.is(g.router.stats.resumedSent, 1);
+});
+
+test("a resend under its first gateway XID takes its connection's next credit, ahead of the calls queued before it", async (t) => {
+  // Two RDMA connections of one credit each, both busy with other clients' calls.
+  const rogue = await RoguePeer.listenMany(plainPrivateData());
+  const g = await startTestGateway({ poolSize: 2, peer: { host: '127.0.0.1', port: rogue.port } });
+  t.teardown(async () => {
+    await g.stop(0);
+    for (const p of rogue.peers) p.close();
+    await rogue.close();
+  });
+  await waitFor(() => rogue.peers.length === 2 && rogue.peers.every((p) => p.received.length >= 1), 'both');
+  for (const p of rogue.peers) {
+    const cp = decodeHeader(p.received[0]);
+    p.send(headerBytes({ version: 2, htype: 5, xid: cp.xid, credit: 1, flags: 1, props: [] }));
+  }
+  const [port, ...busyPorts] = await freePorts(4);
+  const a = await clientFrom(t, g, port);
+  a.sock.write(echo(0x51, 'remove'));
+  await waitFor(() => rogue.peers.some((p) => p.received.length === 2), 'the first attempt');
+  const pinned = rogue.peers.find((p) => p.received.length === 2) as RoguePeer;
+  const first = await callAt(pinned, 1);
+  answer(pinned, first, 1);
+  await waitFor(() => a.replies.length === 1, 'answered');
+  a.sock.resetAndDestroy();
+  await waitFor(() => g.router.stats.departures === 1, 'the departure');
+  for (const bp of busyPorts) {
+    const c = await clientFrom(t, g, bp);
+    c.sock.write(Buffer.concat(Array.from({ length: 4 }, (_, i) => echo(0x1000 + i, `busy ${bp}`))));
+  }
+  await waitFor(
+    () => rogue.peers.every((p) => p.received.length >= 2) && pinned.received.length === 3,
+    'busy',
+  );
+  const b = await clientFrom(t, g, port);
+  b.sock.write(echo(0x51, 'remove'));
+  await waitFor(() => g.router.stats.resumedSent === 1, 'the resend matched');
+  // The pinned connection's credit frees: the resend is the next call it gets, not a queued busy one.
+  answer(pinned, await callAt(pinned, 2), 1);
+  const next = await callAt(pinned, 3);
+  t.is(next.readUInt32BE(0), first.readUInt32BE(0), 'the resend, under its first gateway XID');
+  t.true(next.includes(Buffer.from('remove')));
+  t.is(g.router.stats.resumedUnpinned, 0);
 });
 
 test("replies held for departed clients stay within resumeMaxBytes: the oldest departure's go first", async (t) => {
