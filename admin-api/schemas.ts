@@ -219,7 +219,9 @@ export const Stats = Type.Object({
       heldReplies: Type.Optional(Int('replies kept for departed clients (frontend.resumeWindowMs)')),
       heldReplyBytes: Type.Optional(Int('their bytes, counted with 1 KiB of overhead each')),
       departuresKept: Type.Optional(Int('clients gone whose calls are kept for their return')),
-      callsKept: Type.Optional(Int('the calls kept for them (in flight, answered while away or just before)')),
+      callsKept: Type.Optional(
+        Int('the calls kept for them (in flight, answered while away or just before)'),
+      ),
       creditStalls: Type.Optional(Int()),
       latency: Type.Optional(Histogram),
       backchannelCalls: Type.Optional(Int()),

@@ -25,8 +25,10 @@
  *   session parser tagged have their replies inspected.
  * - Backchannel (gateway/backchannel/relay.ts): backward calls on a connection go to the client owning
  *   the session; REPLY records from clients are their answers.
- * - A client that went away: its waiting calls are dropped; replies to its calls in flight are consumed
- *   when they arrive and their records and buffers released. (The transport's `abandon` is not used: it
+ * - A client that went away: its waiting calls are dropped; its calls in flight, the replies that come
+ *   for them and its calls answered lately are kept for a while by its address and port, for its return
+ *   (router/departed.ts: a retransmission is adopted, answered, or sent again under its first gateway
+ *   XID); other replies are consumed when they arrive and their records and buffers released. (The transport's `abandon` is not used: it
  *   reports nothing once the call is over, so the router could not tell when the record and the XID are
  *   free again.)
  */
@@ -471,9 +473,9 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       this.stats.droppedQueued++;
       this.finishCall(r);
     }
-    // What is left in its XID table is in flight: kept for its return, with the calls answered last.
-    // A clean close (the client's FIN, every reply written) keeps only what is still in flight; a lost
-    // connection keeps the calls answered lately too, whose replies may not have reached the client.
+    // What is left in its XID table is in flight: kept for its return, with the calls answered lately,
+    // whose replies may not have reached the client: those of the window when the connection was lost,
+    // those of the last seconds after a clean close (the client's FIN, every reply written).
     if (client.endpoint !== '')
       this.departed.depart(client, client.endpoint, performance.now(), reason.code !== 'CLOSED_BY_CLIENT');
     else if (this.departed.enabled && client.calls > 0) this.stats.unmatchableDepartures++;
