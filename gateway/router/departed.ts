@@ -530,7 +530,7 @@ function callsOf(d: Departure): HeldCall[] {
  * the arguments; with the length and the XID, what tells a retransmission from another call. A call whose
  * header does not parse is checksummed from after its XID (which the gateway rewrites).
  */
-export function checksumOf(call: Buffer): number {
+function checksumOf(call: Buffer): number {
   const args = argumentsOffset(call);
   if (args < 0) return crc32(call.subarray(4, Math.min(call.length, 4 + 2 * CHECKSUM_ARG_BYTES)));
   return crc32(

@@ -640,6 +640,46 @@ test("a resend under its first gateway XID takes its connection's next credit, a
   t.is(g.router.stats.resumedUnpinned, 0);
 });
 
+test('a resend whose connection has no credit for a second goes on another one (resumed_unpinned)', async (t) => {
+  const rogue = await RoguePeer.listenMany(plainPrivateData());
+  const g = await startTestGateway({ poolSize: 2, peer: { host: '127.0.0.1', port: rogue.port } });
+  t.teardown(async () => {
+    await g.stop(0);
+    for (const p of rogue.peers) p.close();
+    await rogue.close();
+  });
+  await waitFor(() => rogue.peers.length === 2 && rogue.peers.every((p) => p.received.length >= 1), 'both');
+  for (const p of rogue.peers) {
+    const cp = decodeHeader(p.received[0]);
+    p.send(headerBytes({ version: 2, htype: 5, xid: cp.xid, credit: 1, flags: 1, props: [] }));
+  }
+  const [port, busyPort] = await freePorts(2);
+  const a = await clientFrom(t, g, port);
+  a.sock.write(echo(0x52, 'remove'));
+  await waitFor(() => rogue.peers.some((p) => p.received.length === 2), 'the first attempt');
+  const pinned = rogue.peers.find((p) => p.received.length === 2) as RoguePeer;
+  const other = rogue.peers.find((p) => p !== pinned) as RoguePeer;
+  const first = await callAt(pinned, 1);
+  answer(pinned, first, 1);
+  await waitFor(() => a.replies.length === 1, 'answered');
+  a.sock.resetAndDestroy();
+  await waitFor(() => g.router.stats.departures === 1, 'the departure');
+  // Another client's calls take both credits; the pinned connection's is never given back.
+  const busy = await clientFrom(t, g, busyPort);
+  busy.sock.write(Buffer.concat([echo(0x2000, 'busy one'), echo(0x2001, 'busy two')]));
+  await waitFor(() => pinned.received.length === 3 && other.received.length === 2, 'both busy');
+  answer(other, await callAt(other, 1), 1);
+  const b = await clientFrom(t, g, port);
+  const sentAt = Date.now();
+  b.sock.write(echo(0x52, 'remove'));
+  const moved = await callAt(other, 2);
+  t.true(moved.includes(Buffer.from('remove')), 'the resend, on the other connection');
+  t.true(Date.now() - sentAt >= 900, `after its wait for its own connection (${Date.now() - sentAt} ms)`);
+  t.like(g.router.snapshot(), { resumedSent: 1, resumedUnpinned: 1 });
+  answer(other, moved, 1);
+  await waitFor(() => b.replies.length === 1, 'answered');
+});
+
 test("replies held for departed clients stay within resumeMaxBytes: the oldest departure's go first", async (t) => {
   // An accepted empty reply is 28 bytes, counted with 1,024 of overhead: room for one.
   const { g, peer } = await rogueGateway(t, 8, { resumeMaxBytes: 1500 });
