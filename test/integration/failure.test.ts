@@ -597,8 +597,11 @@ test('a clean close keeps the calls answered in its last seconds, for a reply th
   t.is(g.router.stats.resumedSent, 1);
 });
 
-test("a resend under its first gateway XID takes its connection's next credit, ahead of the calls queued before it", async (t) => {
-  // Two RDMA connections of one credit each, both busy with other clients' calls.
+/**
+ * A gateway on two rogue RDMA connections of one credit each; a client's call `xid` ('remove') answered on
+ * one of them (`pinned`), then the client's connection reset (its departure recorded).
+ */
+async function answeredThenLost(t: ExecutionContext, xid: number) {
   const rogue = await RoguePeer.listenMany(plainPrivateData());
   const g = await startTestGateway({ poolSize: 2, peer: { host: '127.0.0.1', port: rogue.port } });
   t.teardown(async () => {
@@ -611,9 +614,9 @@ test("a resend under its first gateway XID takes its connection's next credit, a
     const cp = decodeHeader(p.received[0]);
     p.send(headerBytes({ version: 2, htype: 5, xid: cp.xid, credit: 1, flags: 1, props: [] }));
   }
-  const [port, ...busyPorts] = await freePorts(4);
+  const [port] = await freePorts(1);
   const a = await clientFrom(t, g, port);
-  a.sock.write(echo(0x51, 'remove'));
+  a.sock.write(echo(xid, 'remove'));
   await waitFor(() => rogue.peers.some((p) => p.received.length === 2), 'the first attempt');
   const pinned = rogue.peers.find((p) => p.received.length === 2) as RoguePeer;
   const first = await callAt(pinned, 1);
@@ -621,6 +624,13 @@ test("a resend under its first gateway XID takes its connection's next credit, a
   await waitFor(() => a.replies.length === 1, 'answered');
   a.sock.resetAndDestroy();
   await waitFor(() => g.router.stats.departures === 1, 'the departure');
+  return { g, rogue, port, pinned, first };
+}
+
+test("a resend under its first gateway XID takes its connection's next credit, ahead of the calls queued before it", async (t) => {
+  // Two RDMA connections of one credit each, both busy with other clients' calls.
+  const { g, rogue, port, pinned, first } = await answeredThenLost(t, 0x51);
+  const busyPorts = await freePorts(3);
   for (const bp of busyPorts) {
     const c = await clientFrom(t, g, bp);
     c.sock.write(Buffer.concat(Array.from({ length: 4 }, (_, i) => echo(0x1000 + i, `busy ${bp}`))));
@@ -641,29 +651,9 @@ test("a resend under its first gateway XID takes its connection's next credit, a
 });
 
 test('a resend whose connection has no credit for a second goes on another one (resumed_unpinned)', async (t) => {
-  const rogue = await RoguePeer.listenMany(plainPrivateData());
-  const g = await startTestGateway({ poolSize: 2, peer: { host: '127.0.0.1', port: rogue.port } });
-  t.teardown(async () => {
-    await g.stop(0);
-    for (const p of rogue.peers) p.close();
-    await rogue.close();
-  });
-  await waitFor(() => rogue.peers.length === 2 && rogue.peers.every((p) => p.received.length >= 1), 'both');
-  for (const p of rogue.peers) {
-    const cp = decodeHeader(p.received[0]);
-    p.send(headerBytes({ version: 2, htype: 5, xid: cp.xid, credit: 1, flags: 1, props: [] }));
-  }
-  const [port, busyPort] = await freePorts(2);
-  const a = await clientFrom(t, g, port);
-  a.sock.write(echo(0x52, 'remove'));
-  await waitFor(() => rogue.peers.some((p) => p.received.length === 2), 'the first attempt');
-  const pinned = rogue.peers.find((p) => p.received.length === 2) as RoguePeer;
+  const { g, rogue, port, pinned } = await answeredThenLost(t, 0x52);
   const other = rogue.peers.find((p) => p !== pinned) as RoguePeer;
-  const first = await callAt(pinned, 1);
-  answer(pinned, first, 1);
-  await waitFor(() => a.replies.length === 1, 'answered');
-  a.sock.resetAndDestroy();
-  await waitFor(() => g.router.stats.departures === 1, 'the departure');
+  const [busyPort] = await freePorts(1);
   // Another client's calls take both credits; the pinned connection's is never given back.
   const busy = await clientFrom(t, g, busyPort);
   busy.sock.write(Buffer.concat([echo(0x2000, 'busy one'), echo(0x2001, 'busy two')]));
