@@ -31,7 +31,7 @@ import { MsgType } from '../../rpc/constants.js';
 import { RpcCallHeader } from '../../rpc/message.js';
 import { xdrPad } from '../../rpc/xdr.js';
 import { RecordDecoder } from '../../tcp-frontend/record-marking.js';
-import { RecordWriter } from '../../tcp-frontend/record-writer.js';
+import { COPIED_RECORD_MAX, RecordWriter } from '../../tcp-frontend/record-writer.js';
 import type { UlbRegistry } from '../ulb/registry.js';
 import { UlbCallPlan } from '../ulb/types.js';
 
@@ -194,6 +194,12 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
 
   // ------------------------------------------------------------------------------------------------
   // RDMA → upstream
+
+  /**
+   * Small inline calls come as views of the transport's Receive (`ResponderHandler.lendLimit`): `onCall`
+   * plans them and hands them to the writer, which copies a record this small into its stage at once.
+   */
+  readonly lendLimit = COPIED_RECORD_MAX;
 
   onCall(inbound: InboundCall): void {
     const conn = this.conn as RpcRdmaConnection;

@@ -91,13 +91,21 @@ export interface HeldCall {
    */
   callLength: number;
   checksum: number;
+  /**
+   * Kept until then: the window from the departure that kept it (a later departure of the same endpoint
+   * does not extend it).
+   */
+  keptUntil: number;
 }
 
 /** One client address and port whose connection closed with calls in flight. */
 export class Departure {
   readonly endpoint: string;
   readonly calls = new U32Map<HeldCall>();
+  /** The latest `keptUntil` of its calls: the whole departure goes then. */
   expiresAt: number;
+  /** The earliest `keptUntil` of its calls: some of them go then (`expire`). */
+  earliest = Number.POSITIVE_INFINITY;
   /** A lost connection left calls here (not only clean closes): kept first when a bound is reached. */
   lost = false;
   /** Bytes of the replies held here (counted with `HELD_REPLY_OVERHEAD` each). */
@@ -279,14 +287,14 @@ export class DepartedCalls {
     if (!this.enabled) return;
     const answered = client.answered;
     if (client.xids.size === 0 && answered === null) return;
-    // A clean close keeps what is in flight for the window, and its answered calls for CLEAN_CLOSE_MS.
-    const keepFor = lost || client.xids.size > 0 ? this.windowMs : Math.min(this.windowMs, CLEAN_CLOSE_MS);
+    // What is in flight is kept for the window; the answered calls of a clean close for CLEAN_CLOSE_MS.
+    const inFlightUntil = now + this.windowMs;
+    const answeredUntil = lost ? inFlightUntil : now + Math.min(this.windowMs, CLEAN_CLOSE_MS);
     let d = this.byEndpoint.get(endpoint);
     if (d === undefined) {
-      d = new Departure(endpoint, now + keepFor);
+      d = new Departure(endpoint, now);
     } else {
       this.byEndpoint.delete(endpoint); // re-inserted: now the newest
-      d.expiresAt = Math.max(d.expiresAt, now + keepFor);
     }
     this.byEndpoint.set(endpoint, d);
     if (lost) d.lost = true;
@@ -306,6 +314,7 @@ export class DepartedCalls {
         reply: null,
         callLength: length,
         checksum,
+        keptUntil: answeredUntil,
       });
     });
     client.xids.forEach((r, clientXid) => {
@@ -323,6 +332,7 @@ export class DepartedCalls {
         reply: null,
         callLength: 0,
         checksum: 0,
+        keptUntil: inFlightUntil,
       });
     });
     if (departure.calls.size === 0) {
@@ -447,10 +457,27 @@ export class DepartedCalls {
     return match;
   }
 
-  /** Departures past their window: their held replies go; their calls in flight become plain orphans. */
+  /**
+   * Calls past their window: their held replies go; their calls in flight become plain orphans. A
+   * departure goes with its last call.
+   */
   expire(now: number): void {
     // Not in expiry order (clean closes keep theirs for less), but at most MAX_DEPARTURES per tick.
-    for (const d of this.byEndpoint.values()) if (d.expiresAt <= now) this.drop(d);
+    for (const d of this.byEndpoint.values()) {
+      if (d.expiresAt <= now) this.drop(d);
+      else if (d.earliest <= now) this.prune(d, now);
+    }
+  }
+
+  /** Forgets the calls of `d` kept until `now` or before (a departure of the same endpoint kept later ones). */
+  private prune(d: Departure, now: number): void {
+    let earliest = Number.POSITIVE_INFINITY;
+    for (const held of callsOf(d)) {
+      if (held.keptUntil <= now) this.forget(d, held);
+      else if (held.keptUntil < earliest) earliest = held.keptUntil;
+    }
+    d.earliest = earliest;
+    this.dropIfEmpty(d);
   }
 
   /** Forgets everything (the router is closing). */
@@ -470,6 +497,8 @@ export class DepartedCalls {
   private put(d: Departure, held: HeldCall): void {
     d.calls.set(held.clientXid, held);
     this.entries++;
+    if (held.keptUntil > d.expiresAt) d.expiresAt = held.keptUntil;
+    if (held.keptUntil < d.earliest) d.earliest = held.keptUntil;
   }
 
   private drop(d: Departure): void {

@@ -190,6 +190,7 @@ export class RpcRdmaConnection {
     peerWriteBytes: 0,
     placedBytes: 0,
     lentReplies: 0,
+    lentCalls: 0,
     writeChunkCalls: 0,
     replyChunkCalls: 0,
     creditStalls: 0,

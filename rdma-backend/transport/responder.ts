@@ -148,7 +148,8 @@ export function onInboundCall(
     );
     return;
   }
-  let inline = EMPTY;
+  let inline: Buffer = EMPTY;
+  let lent = false;
   let placed: Buffer | null = null;
   if (!nomsg) {
     if (positions.length > 0 && c.registrar.registersCallerMemory && placeable(lengths)) {
@@ -160,6 +161,11 @@ export function onInboundCall(
         sendError(c, xid, version, { code: errorFor(version, RDMA2_ERR_BAD_XDR) });
         return;
       }
+    } else if (positions.length === 0 && end - payloadOffset <= (c.responder.lendLimit ?? 0)) {
+      // Lent (`ResponderHandler.lendLimit`): delivered below, before the Receive is reposted.
+      inline = buf.subarray(payloadOffset, end);
+      lent = true;
+      c.counters.lentCalls++;
     } else inline = Buffer.from(buf.subarray(payloadOffset, end));
   }
   let idx = c.freeInbound.pop();
@@ -214,7 +220,7 @@ export function onInboundCall(
   c.inbound[idx] = ib;
   c.inboundActive++;
   if (positions.length === 0) {
-    deliverInbound(c, ib);
+    deliverInbound(c, ib, lent);
     return;
   }
   truncate(ib.windows);
@@ -295,7 +301,8 @@ export function onReadDone(c: RpcRdmaConnection, idx: number): void {
   pumpReads(c);
 }
 
-export function deliverInbound(c: RpcRdmaConnection, ib: InboundState): void {
+/** Hands a call to the responder; `lent`: its message is a view of the Receive being processed. */
+export function deliverInbound(c: RpcRdmaConnection, ib: InboundState, lent = false): void {
   let message: Buffer;
   try {
     if (ib.placed !== null) {
@@ -364,6 +371,8 @@ export function deliverInbound(c: RpcRdmaConnection, ib: InboundState): void {
     c.handlerThrew('onCall', e, { xid: call.xid, backward: call.backward, answered: call.answered });
     if (!call.answered) c.replyError(call, { code: RDMA2_ERR_SYSTEM });
   }
+  // The Receive is reposted next: a handler that kept the call finds no stale view of it.
+  if (lent) call.message = EMPTY;
 }
 
 /**
@@ -391,6 +400,7 @@ export function releaseInboundSinks(c: RpcRdmaConnection, ib: InboundState): voi
 }
 
 export function endInbound(c: RpcRdmaConnection, ib: InboundState): void {
+  ib.inline = EMPTY;
   c.inbound[ib.index] = null;
   c.freeInbound.push(ib.index);
   c.inboundActive--;

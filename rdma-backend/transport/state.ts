@@ -80,7 +80,8 @@ export class InboundCallImpl implements InboundCall {
   constructor(
     readonly xid: number,
     readonly version: 1 | 2,
-    readonly message: Buffer,
+    /** Mutable only for the transport: a lent message is emptied once `onCall` returns. */
+    public message: Buffer,
     readonly backward: boolean,
     readonly writeChunks: readonly (readonly RdmaSegment[])[],
     readonly replyChunk: readonly RdmaSegment[] | null,

@@ -82,8 +82,19 @@ export interface InboundCall {
 }
 
 export interface ResponderHandler {
-  /** A call to execute; answer with `connection.reply()` or `connection.replyError()`. */
+  /**
+   * A call to execute; answer with `connection.reply()` or `connection.replyError()`. Its `message` is
+   * the handler's, or, for a small inline call when `lendLimit` allows, lent until `onCall` returns.
+   */
   onCall(call: InboundCall): void;
+  /**
+   * Inline calls of at most this many bytes that carry no Read chunk (delivered while their Receive is
+   * being processed) are handed to `onCall` as a view of the receive buffer instead of a copy. The view
+   * is valid only until `onCall` returns (the Receive is reposted then, and `call.message` becomes empty):
+   * a handler that keeps the bytes copies them, as the responder's upstream link copies a small record
+   * into its write stage before `onCall` returns. Default 0: nothing is lent.
+   */
+  readonly lendLimit?: number;
   /**
    * The transport holds no reference to a `message` given to `reply()` any more (its RDMA Writes and
    * Send completed, or it was copied or refused), so its buffer may be reused. Called at most once per
@@ -160,6 +171,8 @@ export interface ConnectionCounters {
   placedBytes: number;
   /** Small inline replies handed over as views of the receive buffer (`RequesterHandler.lendLimit`). */
   lentReplies: number;
+  /** Small inline calls handed over as views of the receive buffer (`ResponderHandler.lendLimit`). */
+  lentCalls: number;
   /** Calls sent offering at least one Write chunk / a Reply chunk (RFC 8166 §3.4). */
   writeChunkCalls: number;
   replyChunkCalls: number;

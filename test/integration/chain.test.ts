@@ -271,7 +271,7 @@ test('4–64 KiB calls and replies reuse both record pools, and every one arrive
   t.deepEqual(gauges(g), BASELINE);
 });
 
-test('small replies are lent by the transport, not copied, and every one arrives intact', async (t) => {
+test('small calls and replies are lent by the transport, not copied, and every one arrives intact', async (t) => {
   // The router takes small inline replies as views of the transport's receive buffers (lendLimit): the
   // frontend copies each into its write stage before the buffer is reused. 4 clients × 200 ECHOs of
   // distinct sizes and bytes, many at once, so receive buffers are reused while replies are in flight.
@@ -279,7 +279,13 @@ test('small replies are lent by the transport, not copied, and every one arrives
   const clients = await connectClients(g, 4);
   t.teardown(() => closeAll(g, clients));
   const lent = () => g.pool.connections().reduce((n, c) => n + c.counters.lentReplies, 0);
+  // The responder takes the small calls as views in turn (ResponderHandler.lendLimit) and copies each
+  // into its upstream write stage.
+  t.truthy(g.embedded, 'the chain has its responder in this process');
+  const lentCalls = () =>
+    (g.embedded?.responder.connections() ?? []).reduce((n, c) => n + c.counters.lentCalls, 0);
   const before = lent();
+  const callsBefore = lentCalls();
   await Promise.all(
     clients.flatMap((c, ci) =>
       Array.from({ length: 200 }, async (_, k) => {
@@ -290,6 +296,7 @@ test('small replies are lent by the transport, not copied, and every one arrives
   );
   await Promise.all(clients.map((c) => c.null()));
   t.true(lent() - before >= 804, `replies lent: ${lent() - before}`);
+  t.true(lentCalls() - callsBefore >= 804, `calls lent: ${lentCalls() - callsBefore}`);
   await waitFor(() => g.router.stats.inFlight === 0, 'router idle');
   t.deepEqual(gauges(g), BASELINE);
 });

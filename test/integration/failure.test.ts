@@ -18,7 +18,7 @@ import { RecordDecoder } from '../../tcp-frontend/record-marking.js';
 import { connectRaw, framedCall, waitFor } from '../gateway/helpers.js';
 import { freePort, freePorts } from '../helpers/ports.js';
 import { plainPrivateData, RoguePeer } from '../helpers/rogue-peer.js';
-import { headerBytes, words } from '../transport/loopback.js';
+import { delay, headerBytes, words } from '../transport/loopback.js';
 import { BASELINE, gauges, startTestGateway, type TestGatewayOptions, testConfig } from './helpers.js';
 
 /**
@@ -387,6 +387,36 @@ test('past the resume window a kept reply is let go, and the retransmission goes
   c2.sock.write(echo(0x91, 'late'));
   t.true((await callAt(peer, 2)).includes(Buffer.from('late')), 'sent again');
   t.like(g.router.snapshot(), { resumedInFlight: 0, resumedAnswered: 0, resumedSent: 0, heldReplyBytes: 0 });
+});
+
+test("each call is kept for the window from its own departure: the client's next departure does not extend it", async (t) => {
+  const { g, peer } = await rogueGateway(t, 8, { resumeWindowMs: 2000, routerTickMs: 50 });
+  const [port] = await freePorts(1);
+  const answeredThenReset = async (xid: number, text: string, n: number) => {
+    const c = await clientFrom(t, g, port);
+    c.sock.write(echo(xid, text));
+    const sent = await callAt(peer, n);
+    answer(peer, sent);
+    await waitFor(() => c.replies.length === 1, 'answered');
+    c.sock.resetAndDestroy();
+    return sent;
+  };
+  const first = await answeredThenReset(0xe1, 'first', 1);
+  await waitFor(() => g.router.snapshot().callsKept === 1, 'the first departure');
+  await delay(700);
+  // Back from its port, another call answered, and lost again: the same departure keeps both.
+  const second = await answeredThenReset(0xe2, 'second', 2);
+  await waitFor(() => g.router.snapshot().callsKept === 2, 'the second departure');
+  t.is(g.router.snapshot().departuresKept, 1);
+  // The first call's window ends ~700 ms before the second's.
+  await waitFor(() => g.router.snapshot().callsKept < 2, 'the first window over');
+  t.like(g.router.snapshot(), { callsKept: 1, departuresKept: 1 });
+  const c = await clientFrom(t, g, port);
+  c.sock.write(echo(0xe1, 'first'));
+  t.not((await callAt(peer, 3)).readUInt32BE(0), first.readUInt32BE(0), 'past its window: sent afresh');
+  c.sock.write(echo(0xe2, 'second'));
+  t.is((await callAt(peer, 4)).readUInt32BE(0), second.readUInt32BE(0), 'within its window: its first XID');
+  t.is(g.router.stats.resumedSent, 1);
 });
 
 /**

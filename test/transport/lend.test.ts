@@ -129,7 +129,86 @@ test('without lendLimit nothing is lent', async (t) => {
     const [o] = await lb.collector.wait(1);
     t.deepEqual(replyData(o.reply as Buffer), pattern(50, 1));
     t.is(lb.client.counters.lentReplies, 0);
+    t.is(lb.server.counters.lentCalls, 0);
   } finally {
     await lb.close();
   }
 });
+
+// ---------------------------------------------------------------------------------------------------
+// The responder's side: `ResponderHandler.lendLimit`
+
+test('small inline calls are lent to the responder while onCall runs, and emptied after it', async (t) => {
+  const lb = await loopback();
+  lb.responder.lendLimit = 1000;
+  // What each call held while onCall ran, and whether it was the receive buffer's memory.
+  const seen: { bytes: Buffer; view: Buffer }[] = [];
+  lb.responder.override = (call) => {
+    seen.push({ bytes: Buffer.from(call.message), view: call.message });
+    return false; // answered by EchoResponder from the view, synchronously
+  };
+  try {
+    // More calls than the server has Receives, in rounds, so its receive buffers are reused.
+    const n = 5 * 40;
+    for (let round = 0; round < 5; round++) {
+      for (let i = round * 40; i < (round + 1) * 40; i++) {
+        lb.client.submit(TestCall.echo(i + 1, pattern(60 + (i % 50), i), false));
+      }
+      await lb.collector.wait((round + 1) * 40);
+    }
+    for (const o of lb.collector.outcomes) {
+      t.falsy(o.error, o.error?.message);
+      const i = o.call.xid - 1;
+      t.deepEqual(replyData(o.reply as Buffer), pattern(60 + (i % 50), i), `call ${i + 1} answered right`);
+    }
+    t.is(lb.server.counters.lentCalls, n);
+    for (const [k, s] of seen.entries()) {
+      t.deepEqual(s.bytes, encodeCall(k + 1, 1, pattern(60 + (k % 50), k)), `call ${k + 1} whole in onCall`);
+    }
+    t.true(
+      lb.responder.received.every((call) => call.message.length === 0),
+      'a lent message is empty once onCall returned: nobody reads a reposted Receive through it',
+    );
+    t.true(
+      seen.some((s, k) => !s.view.equals(seen[k].bytes)),
+      'the views were the receive buffers: reused since',
+    );
+  } finally {
+    await lb.close();
+  }
+});
+
+test('a call above lendLimit and a call with a Read chunk are owned by the responder', async (t) => {
+  const lb = await loopback();
+  lb.responder.lendLimit = 1000;
+  lb.responder.hold = true; // kept past onCall: their messages must stay whole
+  try {
+    lb.client.submit(TestCall.echo(1, pattern(2000, 1), false)); // inline, above the limit
+    // A SINK whose data comes by RDMA Read: its small inline part is delivered only after the Reads,
+    // when its Receive is long reposted.
+    const sink = new TestCall(2, encodeCall(2, PROC_SINK, pattern(10000, 2)));
+    sink.ddpArgs = [{ offset: CALL_DATA, length: 10000 }];
+    sink.maxReplySize = 64;
+    lb.client.submit(sink);
+    await waitUntil(() => lb.responder.held.length === 2);
+    // Traffic through the same Receives meanwhile (answered at once, lent).
+    lb.responder.hold = false;
+    for (let i = 0; i < 40; i++) lb.client.submit(TestCall.echo(100 + i, pattern(300, 6), false));
+    await lb.collector.wait(40);
+    const byXid = (x: number) => lb.responder.held.find((c) => c.xid === x)?.message as Buffer;
+    t.deepEqual(byXid(1), encodeCall(1, 1, pattern(2000, 1)));
+    t.deepEqual(byXid(2), encodeCall(2, PROC_SINK, pattern(10000, 2)));
+    t.is(lb.server.counters.lentCalls, 40, 'only the 40 small ECHOs were lent');
+    for (const call of lb.responder.held) lb.responder.answer(call);
+    const outs = await lb.collector.wait(42);
+    for (const o of outs) t.falsy(o.error, o.error?.message);
+    t.is(outs.find((o) => o.call.xid === 2)?.reply?.readUInt32BE(REPLY_DATA), 10000);
+  } finally {
+    await lb.close();
+  }
+});
+
+async function waitUntil(done: () => boolean): Promise<void> {
+  for (let i = 0; i < 500 && !done(); i++) await new Promise((r) => setTimeout(r, 10));
+  if (!done()) throw new Error('timed out');
+}

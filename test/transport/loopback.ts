@@ -146,6 +146,8 @@ export class EchoResponder implements ResponderHandler {
   released: Buffer[] = [];
   /** Set by a test to assemble inbound calls in its own buffers. */
   allocateCall?: (size: number) => Buffer;
+  /** Set by a test to take small inline calls as views (`ResponderHandler.lendLimit`). */
+  lendLimit = 0;
 
   onReplyReleased(message: Buffer): void {
     this.released.push(message);
