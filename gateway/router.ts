@@ -405,6 +405,9 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       // take that credit before its turn comes (`pick`, `takes`).
       r.pinWaitSince = now;
       pinLink.pinClaimUntil = Math.max(pinLink.pinClaimUntil, now + PIN_WAIT_MS);
+    } else if (pinXid !== 0 && r.session === null && !r.gss) {
+      // Its connection is gone (and the server's cache with it, for this gateway): it goes anywhere.
+      this.stats.resumedUnpinned++;
     }
     r.queuedAt = now;
     r.enqueuedAt = now;
@@ -654,7 +657,10 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     const s = r.session;
     if (s !== null && s.link !== null && this.usable(s.link)) return s.link;
     const p = r.pinned;
-    if (p !== null && !this.usable(p)) this.unpin(r);
+    if (p !== null && !this.usable(p)) {
+      this.unpin(r);
+      this.stats.resumedUnpinned++;
+    }
     return r.pinned;
   }
 

@@ -205,8 +205,8 @@ export interface DepartedStats {
    */
   resumedSent: number;
   /**
-   * Of those, sent on another connection after waiting PIN_WAIT_MS for a credit on theirs (the server's
-   * cache there does not know them).
+   * Of those, sent on another connection (the server's cache there does not know them): theirs was gone
+   * or went away meanwhile, or had no credit for them for PIN_WAIT_MS.
    */
   resumedUnpinned: number;
   /** Replies not held because `maxBytes` was reached (their retransmissions go to the server afresh). */

@@ -700,6 +700,52 @@ test('a resend whose connection has no credit for a second goes on another one (
   await waitFor(() => b.replies.length === 1, 'answered');
 });
 
+test('a resend whose connection is gone goes on another one at once (resumed_unpinned)', async (t) => {
+  const { g, rogue, port, pinned, first } = await answeredThenLost(t, 0x53);
+  const other = rogue.peers.find((p) => p !== pinned) as RoguePeer;
+  pinned.close();
+  await waitFor(() => g.pool.connections().filter((c) => c.state === 'ready').length === 1, 'one left');
+  const b = await clientFrom(t, g, port);
+  const sentAt = Date.now();
+  b.sock.write(echo(0x53, 'remove'));
+  const moved = await callAt(other, 1);
+  t.true(moved.includes(Buffer.from('remove')), 'the resend, on the other connection');
+  t.true(Date.now() - sentAt < 900, `without waiting for its own (${Date.now() - sentAt} ms)`);
+  t.not(moved.readUInt32BE(0), first.readUInt32BE(0), 'under a new gateway XID');
+  t.like(g.router.snapshot(), { resumedSent: 1, resumedUnpinned: 1 });
+  answer(other, moved, 1);
+  await waitFor(() => b.replies.length === 1, 'answered');
+  t.is(b.replies[0].readUInt32BE(0), 0x53);
+});
+
+test('a resend waiting for a credit on its connection goes on another one as soon as that connection is lost', async (t) => {
+  const { g, rogue, port, pinned } = await answeredThenLost(t, 0x54);
+  const other = rogue.peers.find((p) => p !== pinned) as RoguePeer;
+  const [busyPort] = await freePorts(1);
+  // Another client's calls take both credits; the pinned connection's is never given back.
+  const busy = await clientFrom(t, g, busyPort);
+  busy.sock.write(Buffer.concat([echo(0x3000, 'busy one'), echo(0x3001, 'busy two')]));
+  await waitFor(() => pinned.received.length === 3 && other.received.length === 2, 'both busy');
+  answer(other, await callAt(other, 1), 1);
+  await waitFor(() => busy.replies.length === 1, 'the other connection free again');
+  const b = await clientFrom(t, g, port);
+  b.sock.write(echo(0x54, 'remove'));
+  await waitFor(() => g.router.stats.resumedSent === 1, 'the resend matched, waiting for its credit');
+  await delay(100);
+  t.is(other.received.length, 2, 'not on the other connection while its own is up');
+  const lostAt = Date.now();
+  pinned.close();
+  // The busy call is sent again too (it failed with the connection): both go on the other connection,
+  // one credit at a time.
+  for (let n = 2; ; n++) {
+    const m = await callAt(other, n);
+    if (m.includes(Buffer.from('remove'))) break;
+    answer(other, m, 1);
+  }
+  t.true(Date.now() - lostAt < 900, `at once, not after its wait (${Date.now() - lostAt} ms)`);
+  t.is(g.router.stats.resumedUnpinned, 1);
+});
+
 test("replies held for departed clients stay within resumeMaxBytes: the oldest departure's go first", async (t) => {
   // An accepted empty reply is 28 bytes, counted with 1,024 of overhead: room for one.
   const { g, peer } = await rogueGateway(t, 8, { resumeMaxBytes: 1500 });
