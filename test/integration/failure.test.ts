@@ -680,15 +680,25 @@ test("a resend under its first gateway XID takes its connection's next credit, a
   t.is(g.router.stats.resumedUnpinned, 0);
 });
 
-test('a resend whose connection has no credit for a second goes on another one (resumed_unpinned)', async (t) => {
-  const { g, rogue, port, pinned } = await answeredThenLost(t, 0x52);
+/**
+ * `answeredThenLost`, then another client's calls take both connections' credits: the pinned one's is
+ * never given back, the other's is (answered), so that connection is free again.
+ */
+async function pinnedConnectionBusy(t: ExecutionContext, xid: number) {
+  const lost = await answeredThenLost(t, xid);
+  const { g, rogue, pinned } = lost;
   const other = rogue.peers.find((p) => p !== pinned) as RoguePeer;
   const [busyPort] = await freePorts(1);
-  // Another client's calls take both credits; the pinned connection's is never given back.
   const busy = await clientFrom(t, g, busyPort);
-  busy.sock.write(Buffer.concat([echo(0x2000, 'busy one'), echo(0x2001, 'busy two')]));
+  busy.sock.write(Buffer.concat([echo(0x2000 + xid, 'busy one'), echo(0x3000 + xid, 'busy two')]));
   await waitFor(() => pinned.received.length === 3 && other.received.length === 2, 'both busy');
   answer(other, await callAt(other, 1), 1);
+  await waitFor(() => busy.replies.length === 1, 'the other connection free again');
+  return { ...lost, other };
+}
+
+test('a resend whose connection has no credit for a second goes on another one (resumed_unpinned)', async (t) => {
+  const { g, port, other } = await pinnedConnectionBusy(t, 0x52);
   const b = await clientFrom(t, g, port);
   const sentAt = Date.now();
   b.sock.write(echo(0x52, 'remove'));
@@ -719,15 +729,7 @@ test('a resend whose connection is gone goes on another one at once (resumed_unp
 });
 
 test('a resend waiting for a credit on its connection goes on another one as soon as that connection is lost', async (t) => {
-  const { g, rogue, port, pinned } = await answeredThenLost(t, 0x54);
-  const other = rogue.peers.find((p) => p !== pinned) as RoguePeer;
-  const [busyPort] = await freePorts(1);
-  // Another client's calls take both credits; the pinned connection's is never given back.
-  const busy = await clientFrom(t, g, busyPort);
-  busy.sock.write(Buffer.concat([echo(0x3000, 'busy one'), echo(0x3001, 'busy two')]));
-  await waitFor(() => pinned.received.length === 3 && other.received.length === 2, 'both busy');
-  answer(other, await callAt(other, 1), 1);
-  await waitFor(() => busy.replies.length === 1, 'the other connection free again');
+  const { g, port, pinned, other } = await pinnedConnectionBusy(t, 0x54);
   const b = await clientFrom(t, g, port);
   b.sock.write(echo(0x54, 'remove'));
   await waitFor(() => g.router.stats.resumedSent === 1, 'the resend matched, waiting for its credit');
