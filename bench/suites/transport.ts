@@ -44,19 +44,25 @@ const ROUNDS = 3;
  */
 const ROUNDS_1MIB = 5;
 
-function sourceCall(xid: number, n: number): TransportCall {
+export function sourceCall(xid: number, n: number): TransportCall {
   const m = Buffer.alloc(48);
   const w = [xid, 0, 2, 0x20000099, 1, 3, 0, 0, 0, 0, 4, n];
   for (let i = 0; i < w.length; i++) m.writeUInt32BE(w[i] >>> 0, i * 4);
   return { xid, message: m, ddpArgs: [], ddpResults: n > 0 ? [n] : [], maxReplySize: REPLY_DATA + n + 4 };
 }
 
-async function transportPair(depth: number) {
+/**
+ * A connected pair on two soft devices in this process: the requester end (`client`, `depth` credits) and
+ * a responder that answers every call with `n` bytes of results; `lendCalls`: it takes small calls as
+ * views (`ResponderHandler.lendLimit`), as the gateway's responder does.
+ */
+export async function transportPair(depth: number, lendCalls = false) {
   const sd = await createSoftProvider().openDevice();
   const cd = await createSoftProvider().openDevice();
   const replies = new Map<number, Buffer>();
   const responder: ResponderHandler & { conn: RpcRdmaConnection | null } = {
     conn: null,
+    lendLimit: lendCalls ? 16 * 1024 : 0,
     onCall(call: InboundCall) {
       const n = call.message.readUInt32BE(44);
       let r = replies.get(n);
