@@ -196,8 +196,10 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
   // RDMA → upstream
 
   /**
-   * Small inline calls come as views of the transport's Receive (`ResponderHandler.lendLimit`): `onCall`
-   * plans them and hands them to the writer, which copies a record this small into its stage at once.
+   * Small inline messages come as views of the transport's Receive, both the calls to forward
+   * (`ResponderHandler.lendLimit`) and the client's replies to callbacks (`RequesterHandler.lendLimit`):
+   * `onCall` plans a call and `onCall` and `onReply` hand the record to the writer, which copies a
+   * record this small into its stage before returning. Nothing else keeps them.
    */
   readonly lendLimit = COPIED_RECORD_MAX;
 

@@ -144,6 +144,9 @@ test('an upstream callback goes back as a backward call and its reply returns to
   for (const r of outcomes.replies) t.is(r.readUInt32BE(24), 12, 'the result is the callback reply');
   t.is(responder.stats.callbacks, 3);
   t.is(responder.stats.callbackReplies, 3);
+  // Both small messages came as views of the responder's Receives, copied into the upstream's stage.
+  const [served] = responder.connections();
+  t.like(served.counters, { lentCalls: 3, lentReplies: 3 });
   t.is(u.sockets.length, 1, 'one upstream TCP connection for the RDMA connection');
 });
 
