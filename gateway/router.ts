@@ -28,9 +28,9 @@
  * - A client that went away: its waiting calls are dropped; its calls in flight, the replies that come
  *   for them and its calls answered lately are kept for a while by its address and port, for its return
  *   (router/departed.ts: a retransmission is adopted, answered, or sent again under its first gateway
- *   XID); other replies are consumed when they arrive and their records and buffers released. (The transport's `abandon` is not used: it
- *   reports nothing once the call is over, so the router could not tell when the record and the XID are
- *   free again.)
+ *   XID); other replies are consumed when they arrive and their records and buffers released. (The
+ *   transport's `abandon` is not used: it reports nothing once the call is over, so the router could not
+ *   tell when the record and the XID are free again.)
  */
 import { performance } from 'node:perf_hooks';
 import type { BufferPool } from '../common/buffer-pool.js';

@@ -110,6 +110,31 @@ async function clientFrom(t: ExecutionContext, g: Gateway, localPort: number) {
   return { sock, replies };
 }
 
+/**
+ * A client of `g` from `port` sends `echo(xid, text)`, which reaches `peer` as its `n`th message; the
+ * peer answers it first when `answered`; then the client resets its connection. Returns the call as the
+ * peer got it, once the router has counted the departure.
+ */
+async function sentThenReset(
+  t: ExecutionContext,
+  g: Gateway,
+  peer: Peer,
+  port: number,
+  call: { xid: number; text: string; n: number; answered?: boolean },
+): Promise<Buffer> {
+  const c = await clientFrom(t, g, port);
+  c.sock.write(echo(call.xid, call.text));
+  const sent = await callAt(peer, call.n);
+  if (call.answered) {
+    answer(peer, sent);
+    await waitFor(() => c.replies.length === 1, 'answered');
+  }
+  const departures = g.router.stats.departures;
+  c.sock.resetAndDestroy();
+  await waitFor(() => g.router.stats.departures > departures, 'the departure recorded');
+  return sent;
+}
+
 test('with no RDMA peer, a call is held for the hold time, then its client is disconnected, never answered', async (t) => {
   const port = await freePort();
   const g = await startTestGateway({ peer: { host: '127.0.0.1', port }, holdTimeMs: 300 });
@@ -343,11 +368,7 @@ test("a client that comes back from its address and port and sends its calls aga
 test('a call from another port, or with other bytes, goes to the server again', async (t) => {
   const { g, peer } = await rogueGateway(t, 8);
   const [p1, p2] = await freePorts(2);
-  const a = await clientFrom(t, g, p1);
-  a.sock.write(echo(0x81, 'call'));
-  const first = await callAt(peer, 1);
-  a.sock.resetAndDestroy();
-  await waitFor(() => g.router.stats.departures === 1, 'the departure recorded');
+  const first = await sentThenReset(t, g, peer, p1, { xid: 0x81, text: 'call', n: 1 });
 
   // Another port is another client, whatever its XID.
   const other = await clientFrom(t, g, p2);
@@ -375,11 +396,7 @@ test('past the resume window a kept reply is let go, and the retransmission goes
   // is over nothing is kept and the call is sent again.
   const { g, peer } = await rogueGateway(t, 8, { resumeWindowMs: 500, routerTickMs: 50 });
   const [port] = await freePorts(1);
-  const c = await clientFrom(t, g, port);
-  c.sock.write(echo(0x91, 'late'));
-  const late = await callAt(peer, 1);
-  c.sock.resetAndDestroy();
-  await waitFor(() => g.router.stats.departures === 1, 'the departure');
+  const late = await sentThenReset(t, g, peer, port, { xid: 0x91, text: 'late', n: 1 });
   answer(peer, late);
   await waitFor(() => g.router.snapshot().inFlight === 0, 'answered');
   await waitFor(() => g.router.snapshot().departuresKept === 0, 'let go after the window');
@@ -392,21 +409,12 @@ test('past the resume window a kept reply is let go, and the retransmission goes
 test("each call is kept for the window from its own departure: the client's next departure does not extend it", async (t) => {
   const { g, peer } = await rogueGateway(t, 8, { resumeWindowMs: 2000, routerTickMs: 50 });
   const [port] = await freePorts(1);
-  const answeredThenReset = async (xid: number, text: string, n: number) => {
-    const c = await clientFrom(t, g, port);
-    c.sock.write(echo(xid, text));
-    const sent = await callAt(peer, n);
-    answer(peer, sent);
-    await waitFor(() => c.replies.length === 1, 'answered');
-    c.sock.resetAndDestroy();
-    return sent;
-  };
-  const first = await answeredThenReset(0xe1, 'first', 1);
-  await waitFor(() => g.router.snapshot().callsKept === 1, 'the first departure');
+  const first = await sentThenReset(t, g, peer, port, { xid: 0xe1, text: 'first', n: 1, answered: true });
+  t.is(g.router.snapshot().callsKept, 1);
   await delay(700);
   // Back from its port, another call answered, and lost again: the same departure keeps both.
-  const second = await answeredThenReset(0xe2, 'second', 2);
-  await waitFor(() => g.router.snapshot().callsKept === 2, 'the second departure');
+  const second = await sentThenReset(t, g, peer, port, { xid: 0xe2, text: 'second', n: 2, answered: true });
+  t.is(g.router.snapshot().callsKept, 2);
   t.is(g.router.snapshot().departuresKept, 1);
   // The first call's window ends ~700 ms before the second's.
   await waitFor(() => g.router.snapshot().callsKept < 2, 'the first window over');
@@ -561,14 +569,8 @@ test('the reply of a call that may simply run again (NULL, an NFSv3 read) is not
 test("a call answered just before its client left goes again under its first gateway XID on the same connection, for the server's duplicate request cache", async (t) => {
   const { g, peer } = await rogueGateway(t, 8);
   const [p1, p2, p3] = await freePorts(3);
-  const a = await clientFrom(t, g, p1);
-  a.sock.write(echo(0xc1, 'remove'));
-  const first = await callAt(peer, 1);
-  answer(peer, first);
-  await waitFor(() => a.replies.length === 1, 'answered');
-  // The connection goes; as far as the client knows its reply was lost with it.
-  a.sock.resetAndDestroy();
-  await waitFor(() => g.router.stats.departures === 1, 'the departure recorded');
+  // Answered, then the connection goes; as far as the client knows its reply was lost with it.
+  const first = await sentThenReset(t, g, peer, p1, { xid: 0xc1, text: 'remove', n: 1, answered: true });
 
   // The same XID from another port is another client's call: a new gateway XID.
   const other = await clientFrom(t, g, p2);
@@ -752,16 +754,8 @@ test("replies held for departed clients stay within resumeMaxBytes: the oldest d
   // An accepted empty reply is 28 bytes, counted with 1,024 of overhead: room for one.
   const { g, peer } = await rogueGateway(t, 8, { resumeMaxBytes: 1500 });
   const [p1, p2] = await freePorts(2);
-  const a = await clientFrom(t, g, p1);
-  a.sock.write(echo(0xa1, 'one'));
-  const one = await callAt(peer, 1);
-  a.sock.resetAndDestroy();
-  await waitFor(() => g.router.stats.departures === 1, 'first departure');
-  const b = await clientFrom(t, g, p2);
-  b.sock.write(echo(0xa2, 'two'));
-  const two = await callAt(peer, 2);
-  b.sock.resetAndDestroy();
-  await waitFor(() => g.router.stats.departures === 2, 'second departure');
+  const one = await sentThenReset(t, g, peer, p1, { xid: 0xa1, text: 'one', n: 1 });
+  const two = await sentThenReset(t, g, peer, p2, { xid: 0xa2, text: 'two', n: 2 });
   answer(peer, one);
   await waitFor(() => g.router.stats.heldReplies === 1, 'the first reply held');
   answer(peer, two);
