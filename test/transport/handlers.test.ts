@@ -4,7 +4,7 @@
  * logged (structured, with the handler and the XID), counted in `handlerErrors`, and only the call it
  * concerns is affected. Plus the two hooks for the gateway: `onAbandoned` and the pool's `onReady`.
  */
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
 import {
   ConnectionPool,
@@ -21,9 +21,10 @@ class CapturingLogger implements TransportLogger {
   }
 }
 
-test('responder onCall throws before answering: that call fails with RDMA2_ERR_SYSTEM, logged and counted, the connection serves on', async (t) => {
+async function throwsBeforeAnswering(t: ExecutionContext, lendLimit: number) {
   const log = new CapturingLogger();
   const lb = await loopback({ server: { logger: log } });
+  lb.responder.lendLimit = lendLimit;
   try {
     lb.responder.override = (call) => {
       if (call.xid === 7) throw new Error('upper layer bug');
@@ -45,10 +46,19 @@ test('responder onCall throws before answering: that call fails with RDMA2_ERR_S
     lb.client.submit(TestCall.echo(9, pattern(5000, 3)));
     const [, , after] = await lb.collector.wait(3);
     t.deepEqual(replyData(after.reply as Buffer), pattern(5000, 3));
+    // Lent or not, the call that threw holds no view of a Receive reposted since.
+    t.is(lb.server.counters.lentCalls, lendLimit > 0 ? 2 : 0);
+    if (lendLimit > 0) t.is(lb.responder.received[0].message.length, 0);
   } finally {
     await lb.close();
   }
-});
+}
+
+test('responder onCall throws before answering: that call fails with RDMA2_ERR_SYSTEM, logged and counted, the connection serves on', (t) =>
+  throwsBeforeAnswering(t, 0));
+
+test('responder onCall throws before answering a call lent to it (lendLimit): the same, and the view is gone', (t) =>
+  throwsBeforeAnswering(t, 1000));
 
 test('responder onCall throws after answering: the reply stands, nothing else is sent', async (t) => {
   const log = new CapturingLogger();
