@@ -32,8 +32,8 @@
  *   transport's `abandon` is not used: it reports nothing once the call is over, so the router could not
  *   tell when the record and the XID are free again.)
  */
-import { performance } from 'node:perf_hooks';
 import type { BufferPool } from '../common/buffer-pool.js';
+import { turnNow } from '../common/turn-clock.js';
 import { U32Map } from '../common/u32-map.js';
 import type {
   ConnectionPool,
@@ -115,6 +115,11 @@ export interface RouterOptions {
   resumeWindowMs?: number;
   /** Reply bytes held for departed clients, all together. Default 16 MiB. */
   resumeMaxBytes?: number;
+  /**
+   * The router's clock, in milliseconds (monotonic). Default: `performance.now()` read once per
+   * synchronous run (`turnNow`, common/turn-clock.ts). Tests that move time by hand give their own.
+   */
+  clock?: () => number;
   /**
    * Answered calls remembered per client for its loss (router/departed.ts): its calls in flight at most
    * (`frontend.maxCallsInFlight`). Default 128.
@@ -261,6 +266,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   /** One-element parts array for `sendReply` (written synchronously, so it can be reused). */
   private readonly one: Buffer[] = [Buffer.alloc(0)];
   private closed = false;
+  private readonly clock: () => number;
 
   constructor(options: RouterOptions) {
     this.registry = options.registry;
@@ -269,6 +275,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     this.unknownReplyBytes = options.unknownReplyBytes ?? DEFAULT_UNKNOWN_REPLY_BYTES;
     this.tickMs = options.tickMs ?? 250;
     this.recordPool = options.recordPool;
+    this.clock = options.clock ?? turnNow;
     this.backchannel = new BackchannelRelay(
       this.sessions,
       this.stats,
@@ -388,7 +395,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       this.matched.held = null;
     }
     const r = this.records.take();
-    const now = performance.now();
+    const now = this.clock();
     r.arrivedAt = now;
     r.client = client;
     r.message = record;
@@ -459,7 +466,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   onEnd(conn: FrontendConnection): void {
     const client = conn.context as ClientState | undefined;
     if (client === undefined || client.closed || client.endpoint === '') return;
-    this.departed.depart(client, client.endpoint, performance.now(), true);
+    this.departed.depart(client, client.endpoint, this.clock(), true);
   }
 
   onClose(conn: FrontendConnection, reason: CloseReason): void {
@@ -480,7 +487,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     // whose replies may not have reached the client: those of the window when the connection was lost,
     // those of the last seconds after a clean close (the client's FIN, every reply written).
     if (client.endpoint !== '')
-      this.departed.depart(client, client.endpoint, performance.now(), reason.code !== 'CLOSED_BY_CLIENT');
+      this.departed.depart(client, client.endpoint, this.clock(), reason.code !== 'CLOSED_BY_CLIENT');
     else if (this.departed.enabled && client.calls > 0) this.stats.unmatchableDepartures++;
   }
 
@@ -617,7 +624,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
           this.ring.shift();
           client.active = false;
           client.waitingForRoom = true;
-          client.roomWaitSince = performance.now();
+          client.roomWaitSince = this.clock();
           this.stats.replyRoomWaits++;
           this.watchUnsent(client);
           continue;
@@ -680,25 +687,25 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   }
 
   /** Whether the unbound call `r` may go on `l` now: in rotation, a free credit, and its XID free for GSS. */
-  private static takes(l: ConnectionLink, r: CallRecord): boolean {
+  private takes(l: ConnectionLink, r: CallRecord): boolean {
     // A credit that frees on a connection a pinned retransmission waits for is that call's (`pick`).
     return (
       !l.offline &&
       Router.free(l) &&
       !(r.gss && l.xids.has(r.clientXid)) &&
-      (l.pinClaimUntil === 0 || Router.claimOver(l))
+      (l.pinClaimUntil === 0 || this.claimOver(l))
     );
   }
 
   /** Whether some connection's credit is claimed by a pinned retransmission (`pick`). */
   private claimed(): boolean {
-    for (const l of this.links) if (l.pinClaimUntil !== 0 && !Router.claimOver(l)) return true;
+    for (const l of this.links) if (l.pinClaimUntil !== 0 && !this.claimOver(l)) return true;
     return false;
   }
 
   /** Whether the pinned calls' claim on `l` is over (then forgotten). */
-  private static claimOver(l: ConnectionLink): boolean {
-    if (performance.now() < l.pinClaimUntil) return false;
+  private claimOver(l: ConnectionLink): boolean {
+    if (this.clock() < l.pinClaimUntil) return false;
     l.pinClaimUntil = 0;
     return true;
   }
@@ -733,7 +740,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       // A pinned retransmission claims its connection's next credit (no other call takes it), for
       // PIN_WAIT_MS from its first miss at most: then it goes anywhere (and may run again at the server)
       // rather than hold its client until the hold time while other connections are free.
-      const now = performance.now();
+      const now = this.clock();
       if (now - r.pinWaitSince <= PIN_WAIT_MS) {
         // Bounded in time by itself: a claimant its client holds back (reply room) blocks no one long.
         l.pinClaimUntil = Math.max(l.pinClaimUntil, r.pinWaitSince + PIN_WAIT_MS);
@@ -750,7 +757,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     const start = n > 0 ? this.burstTurn % n : 0;
     for (let k = 0; k < n; k++) {
       const l = links[start + k < n ? start + k : start + k - n];
-      if (!Router.takes(l, r)) continue;
+      if (!this.takes(l, r)) continue;
       const load = l.xids.size;
       if (load < bestLoad) {
         best = l;
@@ -766,12 +773,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       }
       return best;
     }
-    if (
-      best !== null &&
-      burst !== best &&
-      burst.xids.size <= bestLoad + BURST_SLACK &&
-      Router.takes(burst, r)
-    )
+    if (best !== null && burst !== best && burst.xids.size <= bestLoad + BURST_SLACK && this.takes(burst, r))
       return burst;
     return best;
   }
@@ -827,7 +829,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       client.xids.delete(r.clientXid);
       client.replies++;
       this.stats.replies++;
-      const now = performance.now();
+      const now = this.clock();
       // Its reply may yet be lost with the connection: kept with a departure for a retransmission.
       if (this.departed.enabled && !r.gss && !r.idempotent && link !== null)
         client.noteAnswered(r.clientXid, r.xid, link.id, r.message, now, this.answeredRing);
@@ -866,7 +868,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       // The hold time runs from the first loss, not from each: a call that takes down every connection
       // it reaches (or a peer that keeps dropping) must not be resent for ever. After that it waits at
       // most `holdTimeMs` in all, and then its client is closed (it retransmits by itself).
-      const now = performance.now();
+      const now = this.clock();
       if (r.attempts <= 1) r.queuedAt = now;
       r.enqueuedAt = now;
       client.pushFront(r);
@@ -1001,7 +1003,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     // The hold time measures waiting for an RDMA connection, not for the client to read: every waiting
     // call gets back the part of the room wait it spent queued (a call queued or resent meanwhile, from
     // then on; a call in flight meanwhile, nothing: it was not waiting).
-    const now = performance.now();
+    const now = this.clock();
     const since = client.roomWaitSince;
     for (let q = r; q !== null; q = q.next) q.queuedAt += now - Math.max(q.enqueuedAt, since);
     if (client.queued > 0) this.activate(client);
@@ -1049,7 +1051,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
 
   private tick(): void {
     this.refreshLinks();
-    const now = performance.now();
+    const now = this.clock();
     this.backchannel.expire(now);
     this.departed.expire(now);
     if (this.stats.queued > 0) {
@@ -1062,7 +1064,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
 
   /** Closes the clients whose oldest waiting call has waited longer than the hold time. */
   private expireHeld(): void {
-    const limit = performance.now() - this.holdTimeMs;
+    const limit = this.clock() - this.holdTimeMs;
     let expired: ClientState[] | null = null;
     for (const c of this.clients) {
       // Waiting for its own replies to drain is not waiting for an RDMA connection.

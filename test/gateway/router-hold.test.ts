@@ -2,9 +2,10 @@
  * The router's hold time (how long a call may wait for an RDMA connection before its client is closed)
  * against the reply budget's room waits: time a call spends queued while its client waits for reply room
  * is not time spent waiting for an RDMA connection, and a call in flight meanwhile gets no credit for it.
- * Minutes of waiting need a clock the test controls: `performance.now` is replaced in this test process
- * (ava runs each file in its own process), the pool and the client connection are stand-ins with only
- * what the router touches, and the router is the product's.
+ * Minutes of waiting need a clock the test controls: the router is given one (`RouterOptions.clock`;
+ * its default reads `performance.now()` once per synchronous run, which a test moving time between two
+ * synchronous steps would not see), the pool and the client connection are stand-ins with only what the
+ * router touches, and the router is the product's.
  */
 import test from 'ava';
 import type { CallRecord } from '../../gateway/router/call-record.js';
@@ -14,7 +15,6 @@ import type { ConnectionPool, TransportError } from '../../rdma-backend/transpor
 import type { FrontendConnection } from '../../tcp-frontend/server.js';
 
 let now = 1000;
-performance.now = () => now;
 const S = 1000;
 
 /** An RPC call of a program no binding knows (its reply is bounded by `unknownReplyBytes`). */
@@ -58,6 +58,7 @@ function world(maxReplyBytes = 150) {
     tickMs: 1e9,
     maxReplyBytes,
     unknownReplyBytes: 100,
+    clock: () => now,
   });
   router.attach(pool);
   const client = {
