@@ -1,0 +1,52 @@
+/**
+ * What the tests of the closed-loop instruments (bench/transport-loop.ts, bench/chain-loop.ts) share: running
+ * one as a child process, and the checks of the two modes bench/loop.ts gives them both.
+ */
+import { type SpawnSyncReturns, spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import type { ExecutionContext } from 'ava';
+
+/** A runner of `dist/bench/<name>.js` with arguments. */
+export function loopScript(name: string): (...args: string[]) => SpawnSyncReturns<string> {
+  const script = fileURLToPath(new URL(`../../bench/${name}.js`, import.meta.url));
+  return (...args) => spawnSync(process.execPath, [script, ...args], { encoding: 'utf8', timeout: 60_000 });
+}
+
+/** Rounds mode: exit 0 and `rounds` lines, each a positive rate and a CPU time per call that includes its system part. */
+export function assertRounds(t: ExecutionContext, r: SpawnSyncReturns<string>, rounds: number): void {
+  t.is(r.status, 0, r.stderr);
+  const lines = r.stdout.trim().split('\n');
+  t.is(lines.length, rounds);
+  for (const line of lines) {
+    const m = /^(\d+\.\d)k calls\/s {2}(\d+\.\d\d) µs CPU per call \(system (\d+\.\d\d)\)$/.exec(line);
+    t.truthy(m, line);
+    t.true(Number(m?.[1]) > 0, 'calls completed');
+    t.true(Number(m?.[2]) >= Number(m?.[3]), 'CPU time includes the system time');
+  }
+}
+
+/** `--calls N` mode: exit 0, nothing on stdout (callgrind prints its count on stderr), and exactly N calls said. */
+export function assertCalls(
+  t: ExecutionContext,
+  r: SpawnSyncReturns<string>,
+  name: string,
+  calls: number,
+  what: string,
+): void {
+  t.is(r.status, 0, r.stderr);
+  t.is(r.stdout, '', 'nothing on stdout: callgrind prints its count on stderr');
+  t.is(r.stderr.trim(), `${name}: ${calls} calls`, what);
+}
+
+/** Each bad argument: status 2 and its reason on stderr. */
+export function assertRefusals(
+  t: ExecutionContext,
+  run: (...args: string[]) => SpawnSyncReturns<string>,
+  cases: [string[], RegExp][],
+): void {
+  for (const [args, reason] of cases) {
+    const r = run(...args);
+    t.is(r.status, 2, args.join(' '));
+    t.regex(r.stderr, reason);
+  }
+}
