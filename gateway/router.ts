@@ -32,7 +32,9 @@
  *   transport's `abandon` is not used: it reports nothing once the call is over, so the router could not
  *   tell when the record and the XID are free again.)
  */
+
 import type { BufferPool } from '../common/buffer-pool.js';
+import { getU32BE, setU32BE } from '../common/bytes.js';
 import { turnNow } from '../common/turn-clock.js';
 import { U32Map } from '../common/u32-map.js';
 import type {
@@ -361,7 +363,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       this.malformed(conn, 'a record too short to be an RPC message', record.length);
       return;
     }
-    const msgType = record.readUInt32BE(4);
+    const msgType = getU32BE(record, 4);
     if (msgType === MsgType.REPLY) {
       this.backchannel.onClientReply(client, conn, record);
       return;
@@ -370,7 +372,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       this.malformed(conn, `msg_type ${msgType} is neither CALL nor REPLY`, record.length);
       return;
     }
-    const clientXid = record.readUInt32BE(0);
+    const clientXid = getU32BE(record, 0);
     if (client.xids.has(clientXid)) {
       // The client retransmitted a call still waiting or in flight (an NFSv3 client does so on the same
       // connection after `timeo`). Sent again, it would run twice at the server with two gateway XIDs,
@@ -407,7 +409,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       // keeps the XID while it is free on the connection).
       r.xid = pinXid;
       r.pinned = pinLink;
-      record.writeUInt32BE(pinXid, 0);
+      setU32BE(record, 0, pinXid);
       // Its claim on the connection's next credit starts now: calls ahead of it in the ring must not
       // take that credit before its turn comes (`pick`, `takes`).
       r.pinWaitSince = now;
@@ -789,7 +791,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       while (xid === 0 || link.xids.has(xid));
       this.nextXid = xid;
       r.xid = xid;
-      r.message.writeUInt32BE(xid, 0);
+      setU32BE(r.message, 0, xid);
     }
     link.xids.set(r.xid, r);
     r.link = link;
@@ -825,7 +827,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       // A SEQUENCE reply is read only for a session the router does not know (see sessionReply).
       if (r.sessionOp !== SessionOp.NONE && (r.sessionOp !== SessionOp.SEQUENCE || r.session === null))
         this.sessionReply(r, link, reply);
-      if (!r.gss) reply.writeUInt32BE(r.clientXid, 0);
+      if (!r.gss) setU32BE(reply, 0, r.clientXid);
       client.xids.delete(r.clientXid);
       client.replies++;
       this.stats.replies++;

@@ -4,6 +4,7 @@
  * allocates nothing; the bytes become a Buffer view, or the machine name a string, only when asked for.
  * RPCSEC_GSS (flavor 6) and unknown flavors stay opaque: the gateway forwards them and never needs them.
  */
+import { getU32BE } from '../common/bytes.js';
 import { UsageError } from '../common/errors.js';
 import { AuthFlavor, MAX_AUTH_BYTES, MAX_AUTH_SYS_GIDS, MAX_MACHINE_NAME } from './constants.js';
 import { RpcHeaderError } from './errors.js';
@@ -81,13 +82,13 @@ export class AuthSysParams {
         index: i,
       });
     }
-    return wordAt(this.buf, this.gidsStart + 4 * i);
+    return getU32BE(this.buf, this.gidsStart + 4 * i);
   }
 
   /** The supplementary gids as a new array. */
   get gids(): number[] {
     const out: number[] = [];
-    for (let i = 0; i < this.gidCount; i++) out.push(wordAt(this.buf, this.gidsStart + 4 * i));
+    for (let i = 0; i < this.gidCount; i++) out.push(getU32BE(this.buf, this.gidsStart + 4 * i));
     return out;
   }
 
@@ -140,11 +141,6 @@ export class AuthSysParams {
   }
 }
 
-/** The big-endian word at `p`; the caller has checked that `p + 4` is within the buffer. */
-export function wordAt(b: Buffer, p: number): number {
-  return ((b[p] << 24) | (b[p + 1] << 16) | (b[p + 2] << 8) | b[p + 3]) >>> 0;
-}
-
 /**
  * The hot-path AUTH_SYS decoder for the credential body `b[start, end)` (already known to lie inside the
  * message). Returns false, leaving `out.valid` false, when the body is malformed in any way; the caller
@@ -154,18 +150,18 @@ export function decodeAuthSysFast(b: Buffer, start: number, end: number, out: Au
   out.valid = false;
   // stamp, machinename length, uid, gid, gid count: 20 bytes with an empty name.
   if (end - start < 20) return false;
-  const nameLen = wordAt(b, start + 4);
+  const nameLen = getU32BE(b, start + 4);
   if (nameLen > MAX_MACHINE_NAME) return false;
   const p = start + 8 + xdrAlign(nameLen);
   if (end - p < 12) return false;
-  const n = wordAt(b, p + 8);
+  const n = getU32BE(b, p + 8);
   if (n > MAX_AUTH_SYS_GIDS || end - (p + 12) !== 4 * n) return false;
-  out.stamp = wordAt(b, start);
+  out.stamp = getU32BE(b, start);
   out.buf = b;
   out.machinenameStart = start + 8;
   out.machinenameLength = nameLen;
-  out.uid = wordAt(b, p);
-  out.gid = wordAt(b, p + 4);
+  out.uid = getU32BE(b, p);
+  out.gid = getU32BE(b, p + 4);
   out.gidsStart = p + 12;
   out.gidCount = n;
   out.valid = true;

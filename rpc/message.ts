@@ -13,12 +13,12 @@
  * (auth flavor, auth_stat) are reported as they are: new ones have been assigned since RFC 5531, and a
  * proxy must pass them through.
  */
+import { getU32BE, setU32BE } from '../common/bytes.js';
 import {
   AuthSysParams,
   decodeAuthSysFast,
   type OpaqueAuthInit,
   OpaqueAuthView,
-  wordAt,
   writeOpaqueAuth,
 } from './auth.js';
 import {
@@ -43,7 +43,7 @@ export function peekXid(buf: Buffer, start = 0): number {
       available: Math.max(0, buf.length - start),
     });
   }
-  return buf.readUInt32BE(start);
+  return getU32BE(buf, start);
 }
 
 /**
@@ -56,7 +56,7 @@ export function peekMsgType(buf: Buffer, start = 0): number {
       available: Math.max(0, buf.length - start),
     });
   }
-  return buf.readUInt32BE(start + 4);
+  return getU32BE(buf, start + 4);
 }
 
 /**
@@ -70,7 +70,7 @@ export function rewriteXid(buf: Buffer, xid: number, start = 0): number {
     });
   }
   const old = peekXid(buf, start);
-  buf.writeUInt32BE(xid, start);
+  setU32BE(buf, start, xid);
   return old;
 }
 
@@ -181,17 +181,17 @@ export class RpcCallHeader extends DecodedHeader {
    * well-formed message (a property test checks it).
    */
   private decodeFast(b: Buffer, start: number, end: number): boolean {
-    if (wordAt(b, start + 4) !== MsgType.CALL || wordAt(b, start + 8) !== RPC_VERSION) return false;
-    const credLen = wordAt(b, start + 28);
+    if (getU32BE(b, start + 4) !== MsgType.CALL || getU32BE(b, start + 8) !== RPC_VERSION) return false;
+    const credLen = getU32BE(b, start + 28);
     if (credLen > MAX_AUTH_BYTES) return false;
     const credStart = start + 32;
     const verfAt = credStart + xdrAlign(credLen);
     if (verfAt + 8 > end) return false;
-    const verfLen = wordAt(b, verfAt + 4);
+    const verfLen = getU32BE(b, verfAt + 4);
     if (verfLen > MAX_AUTH_BYTES) return false;
     const bodyOffset = verfAt + 8 + xdrAlign(verfLen);
     if (bodyOffset > end) return false;
-    const credFlavor = wordAt(b, start + 24);
+    const credFlavor = getU32BE(b, start + 24);
     if (credFlavor === AuthFlavor.AUTH_SYS) {
       if (!decodeAuthSysFast(b, credStart, credStart + credLen, this.authSys)) return false;
     } else {
@@ -200,18 +200,18 @@ export class RpcCallHeader extends DecodedHeader {
     this.buf = b;
     this.start = start;
     this.end = end;
-    this.xid = wordAt(b, start);
+    this.xid = getU32BE(b, start);
     this.rpcvers = RPC_VERSION;
-    this.prog = wordAt(b, start + 12);
-    this.vers = wordAt(b, start + 16);
-    this.proc = wordAt(b, start + 20);
+    this.prog = getU32BE(b, start + 12);
+    this.vers = getU32BE(b, start + 16);
+    this.proc = getU32BE(b, start + 20);
     const cred = this.cred;
     cred.flavor = credFlavor;
     cred.buf = b;
     cred.bodyStart = credStart;
     cred.bodyLength = credLen;
     const verf = this.verf;
-    verf.flavor = wordAt(b, verfAt);
+    verf.flavor = getU32BE(b, verfAt);
     verf.buf = b;
     verf.bodyStart = verfAt + 8;
     verf.bodyLength = verfLen;

@@ -5,6 +5,7 @@
  * field allocates nothing (opaque data comes back as a view into the input, never a copy). Every bounds
  * failure is an `XdrError` naming the field and the offset; Node's own RangeError never escapes.
  */
+import { setU32BE } from '../common/bytes.js';
 import { XdrError } from './xdr-errors.js';
 
 export { XdrError } from './xdr-errors.js';
@@ -306,7 +307,7 @@ export class XdrWriter {
       );
     }
     this.ensure(4, field);
-    this.buf.writeUInt32BE(v, this.pos);
+    setU32BE(this.buf, this.pos, v);
     this.pos += 4;
     return this;
   }
@@ -327,7 +328,7 @@ export class XdrWriter {
 
   bool(v: boolean, field = 'bool'): this {
     this.ensure(4, field);
-    this.buf.writeUInt32BE(v ? 1 : 0, this.pos);
+    setU32BE(this.buf, this.pos, v ? 1 : 0);
     this.pos += 4;
     return this;
   }

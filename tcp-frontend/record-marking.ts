@@ -19,6 +19,7 @@
  * The encoder frames a message without copying it: it returns the header(s) and views of the body, ready
  * for `writev` (`socket.cork()` + writes, or `_writev`).
  */
+import { getU32BE, setU32BE } from '../common/bytes.js';
 import { ConfigError, UsageError } from '../common/errors.js';
 import { RecordMarkingError } from './record-errors.js';
 
@@ -173,7 +174,7 @@ export class RecordDecoder {
       if (!this.inFragment) {
         let word: number;
         if (this.headerHave === 0 && n - pos >= 4) {
-          word = chunk.readUInt32BE(pos);
+          word = getU32BE(chunk, pos);
           pos += 4;
         } else {
           this.headerValue = this.headerValue * 256 + chunk[pos];
@@ -422,7 +423,7 @@ export function writeRecordMark(target: Buffer, offset: number, length: number, 
     });
   }
   // `0x80000000 | len` alone is a negative int32 in JavaScript; `>>> 0` makes it the unsigned word.
-  target.writeUInt32BE(last ? (LAST_FRAGMENT | length) >>> 0 : length, offset);
+  setU32BE(target, offset, last ? (LAST_FRAGMENT | length) >>> 0 : length);
 }
 
 /** A 4-byte header for a single-fragment record of `length` bytes. */

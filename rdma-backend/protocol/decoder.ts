@@ -8,6 +8,7 @@
  * escapes. Hostile counts are bounded twice: by `DecodeLimits`, and because every list element consumes
  * input, by the length of the message.
  */
+import { getU32BE } from '../../common/bytes.js';
 import { UsageError } from '../../common/errors.js';
 import { XdrError, XdrReader } from '../../rpc/xdr.js';
 import {
@@ -88,11 +89,6 @@ const NO_CHUNKS: ChunkLists = Object.freeze({
   reply: null,
 });
 
-/** Big-endian uint32 at `p`, for offsets already bounds-checked (skips Buffer's argument validation). */
-function be32(b: Buffer, p: number): number {
-  return ((b[p] << 24) | (b[p + 1] << 16) | (b[p + 2] << 8) | b[p + 3]) >>> 0;
-}
-
 export interface DecodeOptions {
   limits?: Partial<DecodeLimits>;
   /** Interprets property values; defaults to the registry of ids 1–4. */
@@ -160,7 +156,7 @@ export class HeaderDecoder {
     this.credit = undefined;
     this.htype = undefined;
     if (end - offset < RPCRDMA_COMMON_SIZE) {
-      if (end - offset >= 8) this.version = buf.readUInt32BE(offset + 4);
+      if (end - offset >= 8) this.version = getU32BE(buf, offset + 4);
       throw new RpcRdmaDecodeError(
         'ERR_RPCRDMA_SHORT',
         `transport header of ${end - offset} bytes is shorter than the four common words`,
@@ -186,9 +182,9 @@ export class HeaderDecoder {
 
   private decodeCommon(buf: Buffer, offset: number): RpcRdmaHeader {
     // seed 004 §10.1: rdma_vers is checked before any other field is interpreted.
-    const vers = be32(buf, offset + 4);
+    const vers = getU32BE(buf, offset + 4);
     this.version = vers;
-    this.xid = be32(buf, offset);
+    this.xid = getU32BE(buf, offset);
     if (vers < this.versionLow || vers > this.versionHigh || (vers !== 1 && vers !== 2)) {
       throw this.fail(
         `rdma_vers ${vers} is not supported (${this.versionLow}..${this.versionHigh})`,
@@ -197,8 +193,8 @@ export class HeaderDecoder {
         offset + 4,
       );
     }
-    this.credit = be32(buf, offset + 8);
-    this.htype = be32(buf, offset + 12);
+    this.credit = getU32BE(buf, offset + 8);
+    this.htype = getU32BE(buf, offset + 12);
     this.r.pos = offset + RPCRDMA_COMMON_SIZE;
     return vers === RPCRDMA_VERSION_1 ? this.decodeV1(this.xid, this.credit, this.htype) : this.decodeV2();
   }
@@ -416,7 +412,12 @@ export class HeaderDecoder {
     const r = this.r;
     const p = r.pos;
     // Most messages carry no chunk at all (three false discriminators): one shared, frozen result.
-    if (r.end - p >= 12 && be32(r.buf, p) === 0 && be32(r.buf, p + 4) === 0 && be32(r.buf, p + 8) === 0) {
+    if (
+      r.end - p >= 12 &&
+      getU32BE(r.buf, p) === 0 &&
+      getU32BE(r.buf, p + 4) === 0 &&
+      getU32BE(r.buf, p + 8) === 0
+    ) {
       r.pos = p + 12;
       return NO_CHUNKS;
     }
@@ -446,8 +447,8 @@ export class HeaderDecoder {
       const at2 = this.segmentAt('rdma_reads');
       const buf = r.buf;
       reads.push({
-        handle: buf.readUInt32BE(at2),
-        length: buf.readUInt32BE(at2 + 4),
+        handle: getU32BE(buf, at2),
+        length: getU32BE(buf, at2 + 4),
         offset: this.u64At(at2 + 8),
         position,
       });
@@ -486,8 +487,8 @@ export class HeaderDecoder {
     let p = r.pos;
     for (let i = 0; i < count; i++) {
       segments[i] = {
-        handle: buf.readUInt32BE(p),
-        length: buf.readUInt32BE(p + 4),
+        handle: getU32BE(buf, p),
+        length: getU32BE(buf, p + 4),
         offset: this.u64At(p + 8),
       };
       p += SEGMENT_SIZE;

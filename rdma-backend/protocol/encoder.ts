@@ -7,6 +7,7 @@
  * not a uint32) raise UsageError or XdrError(ERR_XDR_VALUE); a full fixed buffer raises
  * XdrError(ERR_XDR_OVERFLOW). Use `headerSize` (sizes.ts) to know the size before encoding.
  */
+import { setU32BE } from '../../common/bytes.js';
 import { UsageError } from '../../common/errors.js';
 import type { XdrWriter } from '../../rpc/xdr.js';
 import {
@@ -120,36 +121,29 @@ function prefixV2(w: XdrWriter, xid: number, credit: number, htype: number, flag
 const U64_MAX = (1n << 64n) - 1n;
 const scratch = new DataView(new ArrayBuffer(8));
 
-function put32(buf: Buffer, p: number, v: number): void {
-  buf[p] = v >>> 24;
-  buf[p + 1] = v >>> 16;
-  buf[p + 2] = v >>> 8;
-  buf[p + 3] = v;
-}
-
 const isU32 = (v: number): boolean => v >>> 0 === v;
 
 /** Stores one segment at `p`; false when a field is out of range. */
 function putSegment(buf: Buffer, p: number, s: RdmaSegmentInput): boolean {
   const { handle, length, offset } = s;
   if (!isU32(handle) || !isU32(length)) return false;
-  put32(buf, p, handle);
-  put32(buf, p + 4, length);
+  setU32BE(buf, p, handle);
+  setU32BE(buf, p + 4, length);
   if (typeof offset === 'bigint') {
     if (offset < 0n || offset > U64_MAX) return false;
     scratch.setBigUint64(0, offset);
-    put32(buf, p + 8, scratch.getUint32(0));
-    put32(buf, p + 12, scratch.getUint32(4));
+    setU32BE(buf, p + 8, scratch.getUint32(0));
+    setU32BE(buf, p + 12, scratch.getUint32(4));
   } else {
     if (!Number.isSafeInteger(offset) || offset < 0) return false;
-    put32(buf, p + 8, Math.floor(offset / 0x1_0000_0000));
-    put32(buf, p + 12, offset >>> 0);
+    setU32BE(buf, p + 8, Math.floor(offset / 0x1_0000_0000));
+    setU32BE(buf, p + 12, offset >>> 0);
   }
   return true;
 }
 
 function putWriteChunk(buf: Buffer, p: number, segments: readonly RdmaSegmentInput[]): number {
-  put32(buf, p, segments.length);
+  setU32BE(buf, p, segments.length);
   p += 4;
   for (let i = 0; i < segments.length; i++) {
     if (!putSegment(buf, p, segments[i])) return -1;
@@ -165,29 +159,29 @@ function putChunkLists(buf: Buffer, p: number, chunks: ChunkListsInput): number 
     for (let i = 0; i < reads.length; i++) {
       const s = reads[i];
       if (!isU32(s.position)) return -1;
-      put32(buf, p, 1);
-      put32(buf, p + 4, s.position);
+      setU32BE(buf, p, 1);
+      setU32BE(buf, p + 4, s.position);
       if (!putSegment(buf, p + 8, s)) return -1;
       p += 24;
     }
   }
-  put32(buf, p, 0);
+  setU32BE(buf, p, 0);
   p += 4;
   const writes = chunks.writes;
   if (writes) {
     for (let i = 0; i < writes.length; i++) {
-      put32(buf, p, 1);
+      setU32BE(buf, p, 1);
       p = putWriteChunk(buf, p + 4, writes[i]);
       if (p < 0) return -1;
     }
   }
-  put32(buf, p, 0);
+  setU32BE(buf, p, 0);
   p += 4;
   if (chunks.reply) {
-    put32(buf, p, 1);
+    setU32BE(buf, p, 1);
     return putWriteChunk(buf, p + 4, chunks.reply);
   }
-  put32(buf, p, 0);
+  setU32BE(buf, p, 0);
   return p + 4;
 }
 
@@ -203,7 +197,7 @@ function fastChunkHeader(w: XdrWriter, words: readonly number[], chunks: ChunkLi
   let p = start;
   for (let i = 0; i < words.length; i++) {
     if (!isU32(words[i])) return false;
-    put32(buf, p, words[i]);
+    setU32BE(buf, p, words[i]);
     p += 4;
   }
   p = putChunkLists(buf, p, chunks);

@@ -3,6 +3,7 @@
  * work-request id, decodes received headers, settles the version (seed 004 §7), and hands each message to
  * the requester path (replies, RPCRDMA2_F_RESPONSE set), the responder path (calls) or the control path.
  */
+import { getU32BE } from '../../common/bytes.js';
 import {
   ERR_CHUNK,
   ERR_VERS,
@@ -169,7 +170,7 @@ export function dispatch(c: RpcRdmaConnection, buf: Buffer, end: number, wc: Wor
         sendError(c, h.xid, 1, { code: ERR_CHUNK }, { reason: 'RDMA_MSG carries no RPC header' });
         return;
       }
-      isCall = buf.readUInt32BE(h.payloadOffset + 4) === 0;
+      isCall = getU32BE(buf, h.payloadOffset + 4) === 0;
     } else {
       isCall = c.role === 'server';
     }
@@ -183,7 +184,7 @@ export function dispatch(c: RpcRdmaConnection, buf: Buffer, end: number, wc: Wor
       const response = (h.flags & RPCRDMA2_F_RESPONSE) !== 0;
       if (h.htype === RDMA2_MSG) {
         // Seed 004 §3.2: the flag MUST equal the RPC msg_type of an inline message.
-        const msgType = end - h.payloadOffset >= 8 ? buf.readUInt32BE(h.payloadOffset + 4) : -1;
+        const msgType = end - h.payloadOffset >= 8 ? getU32BE(buf, h.payloadOffset + 4) : -1;
         if (msgType !== (response ? 1 : 0)) {
           sendError(
             c,

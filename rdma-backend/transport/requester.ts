@@ -7,6 +7,7 @@
  */
 
 import { truncate } from '../../common/arrays.js';
+import { getU32BE } from '../../common/bytes.js';
 import {
   encodeV1ChunkHeader,
   encodeV2ChunkHeader,
@@ -389,7 +390,7 @@ function checkReplyHead(message: Buffer, xid: number): void {
       { xid, length: message.length },
     );
   }
-  const msgType = message.readUInt32BE(4);
+  const msgType = getU32BE(message, 4);
   if (msgType !== RPC_REPLY) {
     throw new TransportError(
       'ERR_TRANSPORT_BAD_REPLY',
@@ -398,7 +399,7 @@ function checkReplyHead(message: Buffer, xid: number): void {
       { xid, msgType },
     );
   }
-  const messageXid = message.readUInt32BE(0);
+  const messageXid = getU32BE(message, 0);
   if (messageXid !== xid) {
     throw new TransportError(
       'ERR_TRANSPORT_BAD_REPLY',

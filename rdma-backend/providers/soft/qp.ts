@@ -15,7 +15,9 @@
  * chunk into the target buffer (one copy), the CRC runs over the same slices, and the checks whose
  * failure would change what a corrupted FPDU means are reported only after its CRC was found good.
  */
+
 import type { Socket } from 'node:net';
+import { getU32BE, getU32LE, setU32BE } from '../../../common/bytes.js';
 import {
   Access,
   type CompletionQueue,
@@ -633,19 +635,19 @@ export class SoftQp implements QueuePair {
     const b = (this.framer as TxFramer).slab;
     b[at] = (last ? DDP_LAST : 0) | DDP_VERSION;
     b[at + 1] = (RDMAP_VERSION << 6) | op;
-    b.writeUInt32BE(ulp, at + 2);
-    b.writeUInt32BE(qn, at + 6);
-    b.writeUInt32BE(msn, at + 10);
-    b.writeUInt32BE(mo, at + 14);
+    setU32BE(b, at + 2, ulp);
+    setU32BE(b, at + 6, qn);
+    setU32BE(b, at + 10, msn);
+    setU32BE(b, at + 14, mo);
   }
 
   private writeTagged(at: number, op: number, last: boolean, stag: number, toHi: number, toLo: number): void {
     const b = (this.framer as TxFramer).slab;
     b[at] = DDP_TAGGED | (last ? DDP_LAST : 0) | DDP_VERSION;
     b[at + 1] = (RDMAP_VERSION << 6) | op;
-    b.writeUInt32BE(stag, at + 2);
-    b.writeUInt32BE(toHi, at + 6);
-    b.writeUInt32BE(toLo, at + 10);
+    setU32BE(b, at + 2, stag);
+    setU32BE(b, at + 6, toHi);
+    setU32BE(b, at + 10, toLo);
   }
 
   /** Emits the payload of `e` (its SGEs) in segments; `header(seg, moOrOffset, last, len)` writes each header. */
@@ -756,13 +758,13 @@ export class SoftQp implements QueuePair {
     this.writeUntagged(at, Op.READ_REQUEST, true, QN_READ_REQUEST, this.txMsn[QN_READ_REQUEST]++, 0, 0);
     const b = fr.slab;
     const p = at + UNTAGGED_HEADER - 2;
-    b.writeUInt32BE(sinkStag, p);
-    b.writeUInt32BE(sinkHi, p + 4);
-    b.writeUInt32BE(sinkLo, p + 8);
-    b.writeUInt32BE(size, p + READ_REQUEST_SIZE_AT);
-    b.writeUInt32BE(srcStag, p + 16);
-    b.writeUInt32BE(srcHi, p + 20);
-    b.writeUInt32BE(srcLo, p + 24);
+    setU32BE(b, p, sinkStag);
+    setU32BE(b, p + 4, sinkHi);
+    setU32BE(b, p + 8, sinkLo);
+    setU32BE(b, p + READ_REQUEST_SIZE_AT, size);
+    setU32BE(b, p + 16, srcStag);
+    setU32BE(b, p + 20, srcHi);
+    setU32BE(b, p + 24, srcLo);
     fr.end();
   }
 
@@ -829,18 +831,18 @@ export class SoftQp implements QueuePair {
     b.writeUInt16BE(DDP_UNTAGGED_HEADER + READ_REQUEST_BODY, 0);
     b[2] = DDP_LAST | DDP_VERSION;
     b[3] = (RDMAP_VERSION << 6) | Op.READ_REQUEST;
-    b.writeUInt32BE(0, 4);
-    b.writeUInt32BE(QN_READ_REQUEST, 8);
-    b.writeUInt32BE(job.msn, 12);
-    b.writeUInt32BE(0, 16);
+    setU32BE(b, 4, 0);
+    setU32BE(b, 8, QN_READ_REQUEST);
+    setU32BE(b, 12, job.msn);
+    setU32BE(b, 16, 0);
     const p = UNTAGGED_HEADER;
-    b.writeUInt32BE(job.sinkStag, p);
-    b.writeUInt32BE(job.sinkToHi, p + 4);
-    b.writeUInt32BE(job.sinkToLo, p + 8);
-    b.writeUInt32BE(job.length, p + 12);
-    b.writeUInt32BE(job.srcStag, p + 16);
-    b.writeUInt32BE(job.srcHi, p + 20);
-    b.writeUInt32BE(job.offset, p + 24);
+    setU32BE(b, p, job.sinkStag);
+    setU32BE(b, p + 4, job.sinkToHi);
+    setU32BE(b, p + 8, job.sinkToLo);
+    setU32BE(b, p + 12, job.length);
+    setU32BE(b, p + 16, job.srcStag);
+    setU32BE(b, p + 20, job.srcHi);
+    setU32BE(b, p + 24, job.offset);
     return b;
   }
 
@@ -892,7 +894,7 @@ export class SoftQp implements QueuePair {
         let crcOk = true;
         if (crcOn) {
           const crc = crc32c(this.trailer, 0, pad, this.rxCrc);
-          crcOk = crc === this.trailer.readUInt32LE(pad);
+          crcOk = crc === getU32LE(this.trailer, pad);
         }
         this.rxState = RX_HEADER;
         this.hdrHave = 0;
@@ -922,7 +924,7 @@ export class SoftQp implements QueuePair {
       this.fatal(Term.MPA_FPDU_START, true);
       return covered + MPA_CRC_SIZE;
     }
-    if (crcOn && crc32c(chunk, i, i + covered, 0) !== chunk.readUInt32LE(i + covered)) {
+    if (crcOn && crc32c(chunk, i, i + covered, 0) !== getU32LE(chunk, i + covered)) {
       this.fatal(Term.MPA_CRC, true);
       return covered + MPA_CRC_SIZE;
     }
@@ -1005,9 +1007,9 @@ export class SoftQp implements QueuePair {
         this.pendingError = Term.RDMAP_OPCODE;
         return;
       }
-      const stag = h.readUInt32BE(4);
-      const toHi = h.readUInt32BE(8);
-      const toLo = h.readUInt32BE(12);
+      const stag = getU32BE(h, 4);
+      const toHi = getU32BE(h, 8);
+      const toLo = getU32BE(h, 12);
       const len = this.payloadLeft;
       if (op === Op.READ_RESPONSE) {
         const pos = this.orq[0];
@@ -1049,9 +1051,9 @@ export class SoftQp implements QueuePair {
       this.sinkPos = toLo;
       return;
     }
-    const qn = h.readUInt32BE(8);
-    const msn = h.readUInt32BE(12);
-    const mo = h.readUInt32BE(16);
+    const qn = getU32BE(h, 8);
+    const msn = getU32BE(h, 12);
+    const mo = getU32BE(h, 16);
     switch (op) {
       case Op.SEND:
       case Op.SEND_INV:
@@ -1103,7 +1105,7 @@ export class SoftQp implements QueuePair {
         this.sinkPos = mo;
         if (op === Op.SEND_INV || op === Op.SEND_SE_INV) {
           this.recvHasInv = true;
-          this.recvInvalidated = h.readUInt32BE(4);
+          this.recvInvalidated = getU32BE(h, 4);
         }
         return;
       }

@@ -4,6 +4,7 @@
  * above `copyThreshold` go out as views of the registered buffer (no copy; the WR completes only once
  * the socket has taken the bytes). The CRC is chained over the pieces in wire order.
  */
+import { setU16BE, setU32LE } from '../../../common/bytes.js';
 import { crc32c } from './crc32c.js';
 import { MPA_CRC_SIZE, MPA_LENGTH_SIZE, mpaPad } from './wire.js';
 
@@ -56,7 +57,7 @@ export class TxFramer {
     this.ulpduLength = ulpduLength;
     this.crc = 0;
     this.crcFrom = this.pos;
-    this.slab.writeUInt16BE(ulpduLength, this.pos);
+    setU16BE(this.slab, this.pos, ulpduLength);
     const at = this.pos + MPA_LENGTH_SIZE;
     this.pos = at + headerLength;
     this.bytes += MPA_LENGTH_SIZE + headerLength;
@@ -87,9 +88,9 @@ export class TxFramer {
     for (let i = 0; i < pad; i++) this.slab[this.pos++] = 0;
     if (this.crcOn) {
       if (this.crcFrom < this.pos) this.crc = crc32c(this.slab, this.crcFrom, this.pos, this.crc);
-      this.slab.writeUInt32LE(this.crc, this.pos);
+      setU32LE(this.slab, this.pos, this.crc);
     } else {
-      this.slab.writeUInt32LE(0, this.pos);
+      setU32LE(this.slab, this.pos, 0);
     }
     this.pos += MPA_CRC_SIZE;
     this.crcFrom = this.pos;

@@ -1,0 +1,58 @@
+/**
+ * Words read and written by index, for the per-message paths (record marks, XIDs, transport and FPDU
+ * headers, MPA lengths and CRCs).
+ *
+ * Why not `buf.readUInt32BE` / `buf.writeUInt32BE`: each is a method load (on Node 20, V8 11's concurrently
+ * compiled code leaves it a generic `LoadIC`), and the write validates its value and offset through
+ * Node's validators on every call. Counted by callgrind over NULL calls through the whole chain
+ * (`bench/chain-loop.ts`), the two Buffer methods and their validation were about 5 % of the
+ * instructions (docs/performance.md, "Counting instructions per call"). Node's own methods are plain
+ * JavaScript doing these same four byte accesses, so on Node 24 this is no slower.
+ *
+ * Like the methods, both throw a RangeError (code ERR_OUT_OF_RANGE) for a word that does not lie in the
+ * buffer, rather than let a typed array ignore the store or read `undefined`. The value written is
+ * taken modulo 2^32 (callers pass XIDs, lengths and keys that already are uint32).
+ */
+
+function outOfRange(at: number, length: number, bits = 32): RangeError {
+  const e = new RangeError(`a ${bits}-bit word at ${at} does not lie in a buffer of ${length} bytes`);
+  (e as RangeError & { code: string }).code = 'ERR_OUT_OF_RANGE';
+  return e;
+}
+
+/** The big-endian uint32 at `at`. */
+export function getU32BE(buf: Uint8Array, at: number): number {
+  if (!(at >= 0 && at + 4 <= buf.length)) throw outOfRange(at, buf.length);
+  return ((buf[at] << 24) | (buf[at + 1] << 16) | (buf[at + 2] << 8) | buf[at + 3]) >>> 0;
+}
+
+/** Writes `v` (mod 2^32) big-endian at `at`. */
+export function setU32BE(buf: Uint8Array, at: number, v: number): void {
+  if (!(at >= 0 && at + 4 <= buf.length)) throw outOfRange(at, buf.length);
+  buf[at] = v >>> 24;
+  buf[at + 1] = v >>> 16;
+  buf[at + 2] = v >>> 8;
+  buf[at + 3] = v;
+}
+
+/** The little-endian uint32 at `at` (the MPA CRC's byte order, RFC 5044 §4.4). */
+export function getU32LE(buf: Uint8Array, at: number): number {
+  if (!(at >= 0 && at + 4 <= buf.length)) throw outOfRange(at, buf.length);
+  return (buf[at] | (buf[at + 1] << 8) | (buf[at + 2] << 16) | (buf[at + 3] << 24)) >>> 0;
+}
+
+/** Writes `v` (mod 2^32) little-endian at `at`. */
+export function setU32LE(buf: Uint8Array, at: number, v: number): void {
+  if (!(at >= 0 && at + 4 <= buf.length)) throw outOfRange(at, buf.length);
+  buf[at] = v;
+  buf[at + 1] = v >>> 8;
+  buf[at + 2] = v >>> 16;
+  buf[at + 3] = v >>> 24;
+}
+
+/** Writes `v` (mod 2^16) big-endian at `at` (an MPA length, RFC 5044 §4.1). */
+export function setU16BE(buf: Uint8Array, at: number, v: number): void {
+  if (!(at >= 0 && at + 2 <= buf.length)) throw outOfRange(at, buf.length, 16);
+  buf[at] = v >>> 8;
+  buf[at + 1] = v;
+}

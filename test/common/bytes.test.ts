@@ -1,0 +1,63 @@
+/**
+ * The big-endian word helpers of the per-message paths (common/bytes.ts): the same words as Buffer's
+ * methods, and the same refusal of a word that does not lie in the buffer.
+ */
+import test from 'ava';
+import fc from 'fast-check';
+import { getU32BE, getU32LE, setU16BE, setU32BE, setU32LE } from '../../common/bytes.js';
+
+test("they read and write what Buffer's readUInt32BE/LE, writeUInt32BE/LE and writeUInt16BE do, at any position in any buffer", (t) => {
+  fc.assert(
+    fc.property(
+      fc.uint8Array({ minLength: 4, maxLength: 64 }),
+      fc.nat(),
+      fc.nat({ max: 0xffff_ffff }),
+      (bytes, pick, v) => {
+        const at = pick % (bytes.length - 3);
+        const ours = Buffer.from(bytes);
+        const theirs = Buffer.from(bytes);
+        if (getU32BE(ours, at) !== theirs.readUInt32BE(at)) return false;
+        setU32BE(ours, at, v);
+        theirs.writeUInt32BE(v, at);
+        return ours.equals(theirs) && getU32BE(ours, at) === v;
+      },
+    ),
+  );
+  t.pass();
+});
+
+test('big-endian, and a value is written modulo 2^32', (t) => {
+  const b = Buffer.alloc(8);
+  setU32BE(b, 2, 0x01020304);
+  t.deepEqual([...b], [0, 0, 1, 2, 3, 4, 0, 0]);
+  setU32BE(b, 0, 0x1_0000_0005); // an MSN or a counter that ran past 2^32 wraps, as RFC 5040's do
+  t.is(getU32BE(b, 0), 5);
+  setU32BE(b, 4, -1);
+  t.is(getU32BE(b, 4), 0xffff_ffff);
+  setU32LE(b, 0, 0x01020304);
+  t.deepEqual([...b.subarray(0, 4)], [4, 3, 2, 1]);
+  setU16BE(b, 6, 0x1_0203);
+  t.deepEqual([...b.subarray(6)], [2, 3]);
+});
+
+test('a word outside the buffer is refused with ERR_OUT_OF_RANGE, and nothing is written', (t) => {
+  const b = Buffer.from([1, 2, 3, 4, 5, 6]);
+  for (const at of [-1, 3, 6, 100, Number.NaN]) {
+    for (const f of [
+      () => getU32BE(b, at),
+      () => setU32BE(b, at, 0),
+      () => getU32LE(b, at),
+      () => setU32LE(b, at, 0),
+    ])
+      t.throws(f, { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE' }, String(at));
+  }
+  for (const at of [-1, 5, Number.NaN])
+    t.throws(() => setU16BE(b, at, 0), { code: 'ERR_OUT_OF_RANGE', message: /16-bit/ });
+  t.deepEqual([...b], [1, 2, 3, 4, 5, 6]);
+  t.throws(
+    () => getU32BE(b.subarray(2, 5), 0),
+    { code: 'ERR_OUT_OF_RANGE' },
+    'a view: its own length counts',
+  );
+  t.is(getU32BE(b.subarray(2), 0), 0x03040506);
+});
