@@ -32,7 +32,6 @@
  *   transport's `abandon` is not used: it reports nothing once the call is over, so the router could not
  *   tell when the record and the XID are free again.)
  */
-
 import type { BufferPool } from '../common/buffer-pool.js';
 import { getU32BE, setU32BE } from '../common/bytes.js';
 import { turnNow } from '../common/turn-clock.js';

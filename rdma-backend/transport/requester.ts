@@ -5,7 +5,6 @@
  * RDMA2_ERROR (retry with more resources where seed 004 §5.3.3 allows), invalidate everything the peer did
  * not, and only then complete the call to the caller. Functions over the connection's state.
  */
-
 import { truncate } from '../../common/arrays.js';
 import { getU32BE } from '../../common/bytes.js';
 import {

@@ -15,7 +15,6 @@
  * chunk into the target buffer (one copy), the CRC runs over the same slices, and the checks whose
  * failure would change what a corrupted FPDU means are reported only after its CRC was found good.
  */
-
 import type { Socket } from 'node:net';
 import { getU32BE, getU32LE, setU32BE } from '../../../common/bytes.js';
 import {
