@@ -30,7 +30,7 @@ test('big-endian, and a value is written modulo 2^32', (t) => {
   const b = Buffer.alloc(8);
   setU32BE(b, 2, 0x01020304);
   t.deepEqual([...b], [0, 0, 1, 2, 3, 4, 0, 0]);
-  setU32BE(b, 0, 0x1_0000_0005); // an MSN or a counter that ran past 2^32 wraps, as RFC 5040's do
+  setU32BE(b, 0, 0x1_0000_0005); // taken modulo 2^32, as writeUInt32BE would refuse it
   t.is(getU32BE(b, 0), 5);
   setU32BE(b, 4, -1);
   t.is(getU32BE(b, 4), 0xffff_ffff);
