@@ -5,11 +5,11 @@
  * Why not `buf.readUInt32BE` / `buf.writeUInt32BE`: each is a method load (on Node 20, V8 11's concurrently
  * compiled code leaves it a generic `LoadIC`), and the write validates its value and offset through
  * Node's validators on every call. Counted by callgrind over NULL calls through the whole chain
- * (`bench/chain-loop.ts`), the two Buffer methods and their validation were about 5 % of the
+ * (`bench/chain-loop.ts`), the Buffer methods and their validation were about 6 % of the
  * instructions (docs/performance.md, "Counting instructions per call"). Node's own methods are plain
- * JavaScript doing these same four byte accesses, so on Node 24 this is no slower.
+ * JavaScript doing these same byte accesses, so on Node 24 this is no slower (counted too).
  *
- * Like the methods, both throw a RangeError (code ERR_OUT_OF_RANGE) for a word that does not lie in the
+ * Like the methods, each throws a RangeError (code ERR_OUT_OF_RANGE) for a word that does not lie in the
  * buffer, rather than let a typed array ignore the store or read `undefined`. The value written is
  * taken modulo 2^32 (callers pass XIDs, lengths and keys that already are uint32).
  */
