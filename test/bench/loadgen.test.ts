@@ -48,7 +48,7 @@ test('the load generator waits for the runner at both edges of its measured wind
   );
   t.deepEqual(phases, ['measure-start', 'measure-end']);
   t.is(openDuringEndHold, 2, 'the connections stay open until the runner has sampled the end');
-  t.is(result.errors, 0);
+  t.is(result.errors, 0, result.firstError);
   t.true(result.ops > 50, `${result.ops} calls`);
   // The server's replies between the two samples are the calls the result counts, give or take what the
   // calls outstanding did while each phase line and its answer crossed (a millisecond or so at each
@@ -109,7 +109,7 @@ test('several generators carry one workload: each phase reaches the runner once,
   t.is(openDuringEndHold, 4, 'and both held them until the runner had sampled the end');
   t.is(result.generators, 2);
   t.is(result.spec, spec);
-  t.is(result.errors, 0);
+  t.is(result.errors, 0, result.firstError);
   const served = repliesAtEnd - repliesAtStart;
   const slack = Math.max(60, result.ops * 0.04);
   t.true(Math.abs(served - result.ops) <= slack, `server replied ${served}, the result counts ${result.ops}`);
@@ -143,12 +143,14 @@ test('with idle clients split among generators, the memory samples see all the i
   const server = await serveTestProgram();
   t.teardown(() => server.close({ drainTimeoutMs: 0 }));
   const stats = server.frontend.stats;
-  const spec = nullLoad(server.addresses[0].port, { connections: 2, seconds: 0.2, idle: 6 });
+  // A window of 0.5 s, not less: a call counts as lost once it has waited half the window (and twice the
+  // slowest reply), and a CI machine running other suites beside this one can stall a process 100 ms.
+  const spec = nullLoad(server.addresses[0].port, { connections: 2, seconds: 0.5, idle: 6 });
   const open: Partial<Record<LoadPhase, number>> = {};
   const result = await runLoadgens(spec, splitSpec(spec, 2), (phase) => {
     open[phase] = stats.connectionsOpen;
   });
   t.deepEqual(open, { 'idle-start': 0, 'idle-ready': 6, 'measure-start': 8, 'measure-end': 8 });
   t.is(result.generators, 2);
-  t.is(result.errors, 0);
+  t.is(result.errors, 0, result.firstError);
 });
