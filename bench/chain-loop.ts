@@ -1,6 +1,6 @@
 /**
- * `node dist/bench/chain-loop.js [--connections 4] [--depth 16] [--pool 1] [--seconds 1] [--rounds 5]
- * [--calls N]`: NULL calls in a closed loop through the whole product in this process, as `npm start` runs
+ * `node dist/bench/chain-loop.js [--connections 4] [--depth 16] [--pool 1] [--target HOST:PORT]
+ * [--seconds 1] [--rounds 5] [--calls N]`: NULL calls in a closed loop through the whole product in this process, as `npm start` runs
  * it: TCP client → frontend → dispatcher → router → RPC-over-RDMA transport → soft iWARP → embedded
  * responder → TCP → the built-in test program. With the defaults it is the `null-c64` workload of the
  * scenarios (4 connections × 16 calls outstanding) against the `gw-v2-p1` chain, but in one event loop.
@@ -16,6 +16,10 @@
  *
  * The difference of the two counts over 20,000 is the instructions per NULL call of every layer together
  * (user space only: the system calls are the kernel's).
+ *
+ * `--target HOST:PORT` starts no gateway and sends the calls to any server of the test program instead
+ * (the program alone, a proxy chain, a gateway elsewhere): counted the same way, the test program alone
+ * is the part of the chain's count that is not the product's.
  */
 import { connect, type Socket } from 'node:net';
 import { loadConfig } from '../gateway/config.js';
@@ -23,6 +27,7 @@ import { type Gateway, startGateway } from '../gateway/gateway.js';
 import { TEST_PROGRAM, TEST_VERSION, TestProc } from '../gateway/test-program/constants.js';
 import { encodeCallHeader } from '../rpc/message.js';
 import { XdrWriter } from '../rpc/xdr.js';
+import { type HostPort, parseHostPort } from '../tcp-frontend/address.js';
 import { frameRecord } from '../tcp-frontend/record-marking.js';
 import { LoopCommand } from './loop.js';
 
@@ -30,6 +35,7 @@ const cmd = new LoopCommand('chain-loop', {
   connections: { type: 'string', default: '4' },
   depth: { type: 'string', default: '16' },
   pool: { type: 'string', default: '1' },
+  target: { type: 'string' },
 });
 const connections = cmd.whole('connections');
 const depth = cmd.whole('depth');
@@ -59,7 +65,7 @@ class LeanClient {
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
     socket.on('error', (e) => chain.fail(`client socket: ${e.message}`));
     socket.on('close', () => {
-      if (!chain.closing) chain.fail('the gateway closed a client connection');
+      if (!chain.closing) chain.fail('the server closed a client connection');
     });
   }
 
@@ -104,8 +110,6 @@ class ChainLoop {
   private resolve: ((done: number) => void) | null = null;
   readonly clients: LeanClient[] = [];
 
-  constructor(readonly gateway: Gateway) {}
-
   nextXid(): number {
     const x = this.xid;
     this.xid = (this.xid + 1) >>> 0 || 1;
@@ -146,19 +150,32 @@ class ChainLoop {
   }
 }
 
-const { config } = loadConfig({ env: {}, flags: new Map() });
-config.frontend.listen = [{ host: '127.0.0.1', port: 0 }];
-config.rdma.provider = 'soft';
-config.rdma.poolSize = poolSize;
-config.log.level = 'silent';
-const gateway = await startGateway({ config });
-const chain = new ChainLoop(gateway);
-const { host, port } = gateway.addresses[0];
+/** The gateway as `npm start` runs it (embedded responder and test program), on a free loopback port. */
+async function startChain(): Promise<Gateway> {
+  const { config } = loadConfig({ env: {}, flags: new Map() });
+  config.frontend.listen = [{ host: '127.0.0.1', port: 0 }];
+  config.rdma.provider = 'soft';
+  config.rdma.poolSize = poolSize;
+  config.log.level = 'silent';
+  return startGateway({ config });
+}
+
+function target(text: string): HostPort {
+  try {
+    return parseHostPort(text);
+  } catch (e) {
+    return cmd.refuse(`--target: ${(e as Error).message}`);
+  }
+}
+
+const chain = new ChainLoop();
+const gateway = cmd.values.target === undefined ? await startChain() : null;
+const { host, port } = gateway?.addresses[0] ?? target(cmd.values.target as string);
 for (let i = 0; i < connections; i++) {
   const socket = connect({ host, port });
-  await new Promise<void>((resolve, reject) => {
+  await new Promise<void>((resolve) => {
     socket.once('connect', resolve);
-    socket.once('error', reject);
+    socket.once('error', (e) => chain.fail(`cannot connect to ${host}:${port}: ${e.message}`));
   });
   chain.clients.push(new LeanClient(socket, chain));
 }
@@ -166,4 +183,4 @@ for (let i = 0; i < connections; i++) {
 await cmd.run((more) => chain.loop(more));
 chain.closing = true;
 for (const c of chain.clients) c.socket.destroy();
-await gateway.stop(1000);
+await gateway?.stop(1000);

@@ -2,7 +2,7 @@
  * What the tests of the closed-loop instruments (bench/transport-loop.ts, bench/chain-loop.ts) share: running
  * one as a child process, and the checks of the two modes bench/loop.ts gives them both.
  */
-import { type SpawnSyncReturns, spawnSync } from 'node:child_process';
+import { type SpawnSyncReturns, spawn, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { ExecutionContext } from 'ava';
 
@@ -10,6 +10,30 @@ import type { ExecutionContext } from 'ava';
 export function loopScript(name: string): (...args: string[]) => SpawnSyncReturns<string> {
   const script = fileURLToPath(new URL(`../../bench/${name}.js`, import.meta.url));
   return (...args) => spawnSync(process.execPath, [script, ...args], { encoding: 'utf8', timeout: 60_000 });
+}
+
+/** What the checks read of a finished loop process. */
+export type LoopRun = Pick<SpawnSyncReturns<string>, 'status' | 'stdout' | 'stderr'>;
+
+/**
+ * The same, without blocking this process: for a loop whose peer (a server the test runs) must answer
+ * while the loop runs. Resolves with what `spawnSync` would have returned.
+ */
+export function loopScriptAsync(name: string): (...args: string[]) => Promise<LoopRun> {
+  const script = fileURLToPath(new URL(`../../bench/${name}.js`, import.meta.url));
+  return (...args) =>
+    new Promise((resolve) => {
+      const child = spawn(process.execPath, [script, ...args], { timeout: 60_000 });
+      let stdout = '';
+      let stderr = '';
+      child.stdout.setEncoding('utf8').on('data', (d: string) => {
+        stdout += d;
+      });
+      child.stderr.setEncoding('utf8').on('data', (d: string) => {
+        stderr += d;
+      });
+      child.on('close', (status) => resolve({ status, stdout, stderr }));
+    });
 }
 
 /** Rounds mode: exit 0 and `rounds` lines, each a positive rate and a CPU time per call that includes its system part. */
@@ -28,7 +52,7 @@ export function assertRounds(t: ExecutionContext, r: SpawnSyncReturns<string>, r
 /** `--calls N` mode: exit 0, nothing on stdout (callgrind prints its count on stderr), and exactly N calls said. */
 export function assertCalls(
   t: ExecutionContext,
-  r: SpawnSyncReturns<string>,
+  r: LoopRun,
   name: string,
   calls: number,
   what: string,
