@@ -525,6 +525,9 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     if (match === Match.ANSWERED) {
       client.replies++;
       this.stats.replies++;
+      // Counted as every reply written to a client is, each time it is written (a reply lost again
+      // answers again), with the latency from the first attempt's arrival.
+      this.callStats.reply(held.reply as Buffer, held.arrivedAt, this.clock());
       // Kept, not pooled, and never written to: the same buffer may answer again (`DepartedCalls.match`).
       this.one[0] = held.reply as Buffer;
       conn.sendReply(this.one);

@@ -92,6 +92,12 @@ export interface HeldCall {
   callLength: number;
   checksum: number;
   /**
+   * When the call first reached the gateway (`performance.now()` ms): a reply held for the client's return
+   * is counted, when it is written at last, with the latency from there (as an adopted call's reply is).
+   * 0 for a call answered before the client left (its retransmission goes to the server again).
+   */
+  arrivedAt: number;
+  /**
    * Kept until then: the window from the departure that kept it (a later departure of the same endpoint
    * does not extend it).
    */
@@ -314,6 +320,7 @@ export class DepartedCalls {
         reply: null,
         callLength: length,
         checksum,
+        arrivedAt: 0,
         keptUntil: answeredUntil,
       });
     });
@@ -332,6 +339,7 @@ export class DepartedCalls {
         reply: null,
         callLength: 0,
         checksum: 0,
+        arrivedAt: r.arrivedAt,
         keptUntil: inFlightUntil,
       });
     });

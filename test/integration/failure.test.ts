@@ -84,6 +84,12 @@ async function callAt(peer: Peer, n: number): Promise<Buffer> {
 }
 
 /** The rogue peer answers the call `message` it received (an accepted reply, SUCCESS, no results). */
+/** Replies the router's call statistics counted: SUCCESS ones, and latencies in the histogram. */
+function repliesCounted(g: Gateway): { success: number; latencies: number } {
+  const s = g.router.callStats.snapshot();
+  return { success: s.replies.success, latencies: s.latency.counts.reduce((a, b) => a + b, 0) };
+}
+
 function answer(peer: Peer, message: Buffer, credit = 8): void {
   const xid = message.readUInt32BE(0);
   peer.send(
@@ -346,6 +352,8 @@ test("a client that comes back from its address and port and sends its calls aga
     [0x72, 0x71, 0x73],
     "the first attempt's reply answers the adopted call",
   );
+  // The call statistics count every reply written, the held one too: three calls planned, three replies.
+  t.deepEqual(repliesCounted(g), { success: 3, latencies: 3 }, 'the held reply is counted as written');
   // The kept reply stays for the window, as in a server's cache: lost again, it answers again.
   t.like(g.router.snapshot(), {
     resumedInFlight: 1,
@@ -360,6 +368,7 @@ test("a client that comes back from its address and port and sends its calls aga
   await waitFor(() => c.replies.length === 1, 'answered again');
   t.is(c.replies[0].readUInt32BE(0), 0x72);
   t.is(g.router.stats.resumedAnswered, 2);
+  t.deepEqual(repliesCounted(g), { success: 4, latencies: 4 }, 'written again, counted again');
   t.is(peer.received.length, 4, 'the server saw the CONNPROP and three calls, no retransmission');
   await waitFor(() => gauges(g).frontendCallsInFlight === 0, 'no call in flight');
   t.deepEqual(gauges(g), BASELINE);
