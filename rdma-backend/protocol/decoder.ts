@@ -82,6 +82,10 @@ export const DEFAULT_DECODE_LIMITS: Readonly<DecodeLimits> = Object.freeze({
   maxSubsetWords: 8,
 });
 
+/** The scratch word of `u64At` (decoding is synchronous, so one serves every decoder). */
+const U64_BYTES = new Uint8Array(8);
+const U64_VIEW = new DataView(U64_BYTES.buffer);
+
 /** The chunk lists of a message without chunks; shared by every such header, so never to be modified. */
 const NO_CHUNKS: ChunkLists = Object.freeze({
   reads: Object.freeze([]) as unknown as ReadSegment[],
@@ -120,8 +124,6 @@ export class HeaderDecoder {
   private xid: number | undefined;
   private credit: number | undefined;
   private htype: number | undefined;
-  private view: DataView | undefined;
-  private viewBuffer: ArrayBufferLike | undefined;
 
   constructor(options: DecodeOptions = {}) {
     this.limits = Object.freeze({ ...DEFAULT_DECODE_LIMITS, ...options.limits });
@@ -507,16 +509,23 @@ export class HeaderDecoder {
   }
 
   /**
-   * A u64 at `p` as bigint through a DataView kept for the current receive buffer's memory (one
-   * allocation, the bigint itself; receive buffers are reused, so the view is almost always cached).
+   * The u64 at `p` (inside the message: the caller checked the segment is there) as a bigint. Its eight
+   * bytes are copied into a scratch word that has its own DataView, instead of reading the receive
+   * buffer through a view of its memory: that needed the buffer's `buffer` and `byteOffset` getters on
+   * every segment (calls into the runtime, ~70 ns together on Node 20), or a DataView per buffer.
    */
   private u64At(p: number): bigint {
-    const buf = this.r.buf;
-    if (this.view === undefined || this.viewBuffer !== buf.buffer) {
-      this.viewBuffer = buf.buffer;
-      this.view = new DataView(buf.buffer);
-    }
-    return this.view.getBigUint64(buf.byteOffset + p);
+    const b = this.r.buf;
+    const w = U64_BYTES;
+    w[0] = b[p];
+    w[1] = b[p + 1];
+    w[2] = b[p + 2];
+    w[3] = b[p + 3];
+    w[4] = b[p + 4];
+    w[5] = b[p + 5];
+    w[6] = b[p + 6];
+    w[7] = b[p + 7];
+    return U64_VIEW.getBigUint64(0);
   }
 
   private tooManySegments(field: string, at: number): RpcRdmaDecodeError {
