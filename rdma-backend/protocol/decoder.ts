@@ -152,6 +152,8 @@ export class HeaderDecoder {
         bufferLength: buf.length,
       });
     }
+    const plain = this.plainMessage(buf, offset, end);
+    if (plain !== null) return plain;
     this.base = offset;
     this.version = 0;
     this.xid = undefined;
@@ -180,6 +182,54 @@ export class HeaderDecoder {
       }
       throw e;
     }
+  }
+
+  /**
+   * Most messages without the reader: an RDMA2_MSG or RDMA2_NOMSG (RDMA_MSG or RDMA_NOMSG in Version 1)
+   * of a version this decoder takes, whose three chunk lists are empty, is its fixed words. The same
+   * result as the walk below, which takes anything else (and raises the precise error for what is wrong).
+   */
+  private plainMessage(buf: Buffer, offset: number, end: number): RpcRdmaHeader | null {
+    const n = end - offset;
+    if (n < 28) return null;
+    const vers = getU32BE(buf, offset + 4);
+    if (vers < this.versionLow || vers > this.versionHigh) return null;
+    const type = getU32BE(buf, offset + 12);
+    if (vers === RPCRDMA_VERSION_2) {
+      // rpcrdma2_msg ends with rdma_rpc_first_word: an RDMA2_MSG carries at least one word after its lists.
+      if (n < (type === RDMA2_MSG ? 40 : type === RDMA2_NOMSG ? 36 : Number.POSITIVE_INFINITY)) return null;
+      if (
+        getU32BE(buf, offset + 24) !== 0 ||
+        getU32BE(buf, offset + 28) !== 0 ||
+        getU32BE(buf, offset + 32) !== 0
+      )
+        return null;
+      return {
+        version: 2,
+        htype: type,
+        xid: getU32BE(buf, offset),
+        credit: getU32BE(buf, offset + 8),
+        flags: getU32BE(buf, offset + 16),
+        payloadOffset: offset + 36,
+        invHandle: getU32BE(buf, offset + 20),
+        chunks: NO_CHUNKS,
+      } as V2Header;
+    }
+    if (vers !== RPCRDMA_VERSION_1 || (type !== RDMA_MSG && type !== RDMA_NOMSG)) return null;
+    if (
+      getU32BE(buf, offset + 16) !== 0 ||
+      getU32BE(buf, offset + 20) !== 0 ||
+      getU32BE(buf, offset + 24) !== 0
+    )
+      return null;
+    return {
+      version: 1,
+      proc: type,
+      xid: getU32BE(buf, offset),
+      credit: getU32BE(buf, offset + 8),
+      payloadOffset: offset + 28,
+      chunks: NO_CHUNKS,
+    } as V1Header;
   }
 
   private decodeCommon(buf: Buffer, offset: number): RpcRdmaHeader {
