@@ -181,3 +181,46 @@ test('a RESPPROP subset above maxSubsetWords is BAD_XDR', (t) => {
 test('the decoder refuses a window outside its buffer as a usage error, not a decode error', (t) => {
   t.throws(() => decodeHeader(Buffer.alloc(16), 8, 32), { code: 'ERR_RPCRDMA_WINDOW' });
 });
+
+// The decoder takes a message without chunks from its fixed words (`plainMessage`) and leaves anything
+// else to the walk: its edges.
+
+test('a Version-2-only receiver answers a chunkless Version 1 RDMA_MSG with ERR_VERS 2..2, as the walk does', (t) => {
+  const dec = new HeaderDecoder({ versions: { low: 2, high: 2 } });
+  const err = refuse(t, v1(0, '00000000', '00000000', '00000000', '00000099'), dec);
+  t.is(err.code, 'ERR_RPCRDMA_VERS');
+  t.deepEqual(err.reply, { code: 1, versLow: 2, versHigh: 2 });
+  t.is(err.xid, 0x66);
+});
+
+test('a chunkless header decoded inside a larger buffer: the same fields, its payload offset from the window', (t) => {
+  const msg = v2(0, '00001234', '00000000', '00000000', '00000000', 'abcdef01');
+  const padded = Buffer.concat([Buffer.alloc(12, 0xee), msg, Buffer.alloc(8, 0xee)]);
+  const dec = new HeaderDecoder();
+  const alone = dec.decode(msg);
+  const inside = dec.decode(padded, 12, 12 + msg.length);
+  t.like(alone, {
+    version: 2,
+    htype: 0,
+    xid: 0x77,
+    credit: 8,
+    flags: 0,
+    invHandle: 0x1234,
+    payloadOffset: 36,
+  });
+  t.deepEqual(inside, { ...alone, payloadOffset: 12 + 36 });
+  t.deepEqual(inside.version === 2 && inside.htype === 0 ? inside.chunks : null, {
+    reads: [],
+    writes: [],
+    reply: null,
+  });
+  // The window's end counts, not the buffer's: cut before the RPC message's first word, it is refused.
+  const short = t.throws(() => dec.decode(padded, 12, 12 + 36), { instanceOf: RpcRdmaDecodeError });
+  t.is(short?.field, 'rdma_rpc_first_word');
+});
+
+test('an RDMA2_NOMSG of exactly its 36 bytes decodes (it carries no RPC message); one word short does not', (t) => {
+  const nomsg = v2(1, '00000000', '00000000', '00000000', '00000000');
+  t.like(decodeHeader(nomsg), { version: 2, htype: 1, payloadOffset: 36 });
+  t.deepEqual(refuse(t, nomsg.subarray(0, 32)).reply, { code: 2 });
+});
