@@ -22,6 +22,7 @@
 import type { Logger } from 'pino';
 import { pino } from 'pino';
 import type { BufferPool } from '../common/buffer-pool.js';
+import { getU32BE } from '../common/bytes.js';
 import { ConfigError, UsageError } from '../common/errors.js';
 import { AcceptStat, MsgType, RejectStat, RPC_VERSION } from '../rpc/constants.js';
 import { encodeAcceptedReply, encodeDeniedReply } from '../rpc/message.js';
@@ -319,13 +320,13 @@ export class Dispatcher implements FrontendHandler {
   onRecord(conn: FrontendConnection, record: Buffer): void {
     // Anything too short to carry prog/vers, and every non-CALL, is the RDMA route's business: it knows
     // how to refuse malformed records and where backchannel replies go.
-    if (record.length < 24 || record.readUInt32BE(4) !== MsgType.CALL) {
-      if (record.length >= 8 && record.readUInt32BE(4) === MsgType.REPLY) this.stats.backchannelReplies++;
+    if (record.length < 24 || getU32BE(record, 4) !== MsgType.CALL) {
+      if (record.length >= 8 && getU32BE(record, 4) === MsgType.REPLY) this.stats.backchannelReplies++;
       this.rdma.onRecord(conn, record);
       return;
     }
-    const program = record.readUInt32BE(12);
-    const version = record.readUInt32BE(16);
+    const program = getU32BE(record, 12);
+    const version = getU32BE(record, 16);
     const allowed = this.listeners.get(conn.localPort);
     const route = allowed && !allowed.has(program) ? undefined : this.table.lookup(program, version);
     // A routed call's program is in the table by definition; only an unrouted one needs the check.
@@ -335,7 +336,7 @@ export class Dispatcher implements FrontendHandler {
     // RFC 5531 §9: a call of another RPC version is refused as such before its program is looked at, by
     // whoever answers it: the gateway for an unrouted call and for its own services (the local route);
     // the server behind an RDMA or TCP route does the same for its calls.
-    if ((route === undefined || route.kind === 'local') && record.readUInt32BE(8) !== RPC_VERSION) {
+    if ((route === undefined || route.kind === 'local') && getU32BE(record, 8) !== RPC_VERSION) {
       this.rpcMismatch(conn, record);
       return;
     }
@@ -383,7 +384,7 @@ export class Dispatcher implements FrontendHandler {
     this.stats.unavailable++;
     conn.log.debug({ program, version, localPort: conn.localPort }, 'no route for the program: PROG_UNAVAIL');
     const w = this.writer.reset(Buffer.allocUnsafe(PROG_UNAVAIL_SIZE), 0);
-    encodeAcceptedReply(w, { xid: record.readUInt32BE(0), acceptStat: AcceptStat.PROG_UNAVAIL });
+    encodeAcceptedReply(w, { xid: getU32BE(record, 0), acceptStat: AcceptStat.PROG_UNAVAIL });
     this.recordPool?.release(record);
     conn.sendReply([w.view()]);
   }
@@ -391,11 +392,11 @@ export class Dispatcher implements FrontendHandler {
   /** RFC 5531 §9: MSG_DENIED, RPC_MISMATCH: "RPC version number != 2", with the one version spoken. */
   private rpcMismatch(conn: FrontendConnection, record: Buffer): void {
     this.stats.rpcMismatch++;
-    const rpcvers = record.readUInt32BE(8);
+    const rpcvers = getU32BE(record, 8);
     conn.log.debug({ rpcvers }, 'RPC version is not 2: RPC_MISMATCH');
     const w = this.writer.reset(Buffer.allocUnsafe(RPC_MISMATCH_SIZE), 0);
     encodeDeniedReply(w, {
-      xid: record.readUInt32BE(0),
+      xid: getU32BE(record, 0),
       rejectStat: RejectStat.RPC_MISMATCH,
       mismatch: { low: RPC_VERSION, high: RPC_VERSION },
     });
@@ -415,7 +416,7 @@ export class Dispatcher implements FrontendHandler {
     conn.log.debug({ program, version, ...mismatch }, 'no route for the version: PROG_MISMATCH');
     const w = this.writer.reset(Buffer.allocUnsafe(PROG_MISMATCH_SIZE), 0);
     encodeAcceptedReply(w, {
-      xid: record.readUInt32BE(0),
+      xid: getU32BE(record, 0),
       acceptStat: AcceptStat.PROG_MISMATCH,
       mismatch,
     });

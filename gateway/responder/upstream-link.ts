@@ -16,6 +16,7 @@
 import { connect, type Socket } from 'node:net';
 import type { Logger } from 'pino';
 import type { BufferPool } from '../../common/buffer-pool.js';
+import { getU32BE } from '../../common/bytes.js';
 import { U32Map } from '../../common/u32-map.js';
 import { RDMA2_ERR_SYSTEM } from '../../rdma-backend/protocol/index.js';
 import type {
@@ -257,7 +258,7 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
   }
 
   private onUpstreamRecord(record: Buffer): void {
-    const msgType = record.length < 8 ? -1 : record.readUInt32BE(4);
+    const msgType = record.length < 8 ? -1 : getU32BE(record, 4);
     if (msgType === MsgType.REPLY) this.onUpstreamReply(record);
     else if (msgType === MsgType.CALL)
       this.onCallback(record); // kept by the backward call: not pooled
@@ -292,7 +293,7 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
   }
 
   private onUpstreamReply(record: Buffer): void {
-    const xid = record.readUInt32BE(0);
+    const xid = getU32BE(record, 0);
     const p = this.pending.get(xid);
     if (p === undefined) {
       this.o.stats.unmatchedReplies++;
@@ -331,7 +332,7 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
     for (let i = 0; i < n; i++) {
       const at = plan.locateResult(reduced, i);
       if (at < 4 || at > reduced.length) break;
-      const length = reduced.readUInt32BE(at - 4);
+      const length = getU32BE(reduced, at - 4);
       const span = length + xdrPad(length);
       if (at + span > reduced.length) break;
       items.push({ offset: at + removed, length });
@@ -348,7 +349,7 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
     if (this.rdmaClosed) return;
     this.active = true;
     this.o.stats.callbacks++;
-    (this.conn as RpcRdmaConnection).submit(new BackwardCall(record.readUInt32BE(0), record));
+    (this.conn as RpcRdmaConnection).submit(new BackwardCall(getU32BE(record, 0), record));
   }
 
   onReplyReleased(message: Buffer): void {

@@ -10,6 +10,7 @@
  *   reply written to the client (`performance.now()`: a double, no BigInt per call).
  * - calls the transport failed, by `TransportError` code (a small bounded set of stable strings).
  */
+import { getU32BE } from '../../common/bytes.js';
 import { AcceptStat, ReplyStat } from '../../rpc/constants.js';
 
 /** Distinct (program, version, procedure) keys counted individually. */
@@ -60,18 +61,18 @@ export interface CallStatsSnapshot {
 /** The status index of an RPC reply message (`reply` starts at the XID). */
 export function replyStatusIndex(reply: Buffer): number {
   if (reply.length < 16) return MALFORMED;
-  const stat = reply.readUInt32BE(8);
+  const stat = getU32BE(reply, 8);
   if (stat === ReplyStat.MSG_DENIED) {
-    const reject = reply.readUInt32BE(12);
+    const reject = getU32BE(reply, 12);
     return reject <= 1 ? DENIED_BASE + reject : MALFORMED;
   }
   if (stat !== ReplyStat.MSG_ACCEPTED || reply.length < 20) return MALFORMED;
   // accepted_reply: opaque_auth verf (flavor, body<400>), then accept_stat (RFC 5531 §9).
-  const verfLength = reply.readUInt32BE(16);
+  const verfLength = getU32BE(reply, 16);
   if (verfLength > 400) return MALFORMED;
   const at = 20 + ((verfLength + 3) & ~3);
   if (reply.length < at + 4) return MALFORMED;
-  const accept = reply.readUInt32BE(at);
+  const accept = getU32BE(reply, at);
   return accept <= AcceptStat.SYSTEM_ERR ? accept : MALFORMED;
 }
 

@@ -11,6 +11,7 @@
  * a client leaving with many costs linear time, and a client never holds more than
  * `MAX_SESSIONS_PER_CLIENT` (the oldest is forgotten first).
  */
+import { getU32BE } from '../../common/bytes.js';
 import { SESSIONID_SIZE } from '../ulb/sessions.js';
 import type { ConnectionLink } from './call-record.js';
 import type { ClientState } from './client-state.js';
@@ -44,10 +45,10 @@ export class Session {
 }
 
 function keyOf(id: Buffer, at: number): number {
-  let h = id.readUInt32BE(at);
-  h = Math.imul(h ^ id.readUInt32BE(at + 4), 0x9e3779b1);
-  h = Math.imul(h ^ id.readUInt32BE(at + 8), 0x9e3779b1);
-  return (h ^ id.readUInt32BE(at + 12)) >>> 0;
+  let h = getU32BE(id, at);
+  h = Math.imul(h ^ getU32BE(id, at + 4), 0x9e3779b1);
+  h = Math.imul(h ^ getU32BE(id, at + 8), 0x9e3779b1);
+  return (h ^ getU32BE(id, at + 12)) >>> 0;
 }
 
 export class SessionTable {

@@ -4,6 +4,7 @@
  * data a DDP-eligible result (it may come back in a Write chunk); ECHO carries its data inline or in a
  * Long Call / Reply chunk. docs/test-program.md lists the same answers.
  */
+import { getU32BE } from '../../common/bytes.js';
 import type { RpcCallHeader } from '../../rpc/message.js';
 import { xdrAlign } from '../../rpc/xdr.js';
 import {
@@ -21,13 +22,13 @@ import { DEFAULT_MAX_TEST_DATA, TEST_PROGRAM, TEST_VERSION, TestProc } from './c
 function leadingOpaqueLength(call: RpcCallHeader): number {
   const at = call.bodyOffset;
   if (call.end - at < 4) return -1;
-  const length = call.buf.readUInt32BE(at);
+  const length = getU32BE(call.buf, at);
   return xdrAlign(length) > call.end - at - 4 ? -1 : length;
 }
 
 /** SOURCE's `count`, or -1 when the arguments (count, seed) are not all there. */
 function sourceCount(call: RpcCallHeader): number {
-  return call.end - call.bodyOffset < 8 ? -1 : call.buf.readUInt32BE(call.bodyOffset);
+  return call.end - call.bodyOffset < 8 ? -1 : getU32BE(call.buf, call.bodyOffset);
 }
 
 /**
