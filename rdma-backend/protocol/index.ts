@@ -6,7 +6,7 @@
  * Receive path: `decodeHeader(buf, offset, end)` (or a per-connection `HeaderDecoder`) → structured
  * header, RPC payload at `payloadOffset`; failures are `RpcRdmaDecodeError` carrying the error to answer.
  * Send path: `encodeV2ChunkHeader` / `encodeV1ChunkHeader` (hot path) or `encodeHeader` into an
- * `XdrWriter` over the send buffer; `headerSize` / `maxChunkHeaderSize` to plan inline thresholds.
+ * `XdrWriter` over the send buffer; `headerSize` / `maxChunkHeaderSize` (`chunkHeaderBound` from counts) to plan inline thresholds.
  */
 export * from './constants.js';
 export {
@@ -61,6 +61,7 @@ export {
 } from './properties.js';
 export {
   type ChunkBudget,
+  chunkHeaderBound,
   chunkHeaderSize,
   chunkListsSize,
   headerSize,

@@ -83,10 +83,25 @@ export function maxChunkHeaderSize(version: 1 | 2, budget: ChunkBudget): number 
   checkCount(writes);
   checkCount(writeChunks);
   checkCount(budget.replySegments ?? 0);
+  return chunkHeaderBound(version, reads, writeChunks, writes, budget.replySegments ?? -1);
+}
+
+/**
+ * `maxChunkHeaderSize` from counts the caller already holds as whole numbers (the lengths of its own
+ * lists), without a budget object or the checks: the transport asks it for every call and reply.
+ * `replySegments` < 0 means no Reply chunk.
+ */
+export function chunkHeaderBound(
+  version: 1 | 2,
+  readSegments: number,
+  writeChunks: number,
+  writeSegments: number,
+  replySegments: number,
+): number {
   let n = (version === RPCRDMA_VERSION_1 ? RPCRDMA_COMMON_SIZE : RPCRDMA2_PREFIX_SIZE + 4) + 12;
-  n += reads * READ_LIST_ENTRY_SIZE;
-  n += writeChunks * WRITE_CHUNK_OVERHEAD + writes * SEGMENT_SIZE;
-  if (budget.replySegments !== undefined) n += 4 + budget.replySegments * SEGMENT_SIZE;
+  n += readSegments * READ_LIST_ENTRY_SIZE;
+  n += writeChunks * WRITE_CHUNK_OVERHEAD + writeSegments * SEGMENT_SIZE;
+  if (replySegments >= 0) n += 4 + replySegments * SEGMENT_SIZE;
   return n;
 }
 

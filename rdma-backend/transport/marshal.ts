@@ -10,7 +10,7 @@
  */
 
 import { xdrPad } from '../../rpc/xdr.js';
-import { maxChunkHeaderSize, type RdmaSegment, type ReadSegment } from '../protocol/index.js';
+import { chunkHeaderBound, type RdmaSegment, type ReadSegment } from '../protocol/index.js';
 import { callTooLarge, TransportError } from './errors.js';
 
 export interface DdpItem {
@@ -112,19 +112,15 @@ export interface CallPlan {
  */
 export function planCall(p: CallPlanInput): CallPlan {
   const writes = p.writeChunks;
-  const reply = p.replyChunk ? 1 : undefined;
-  const bare = maxChunkHeaderSize(p.version, { writeSegments: writes, replySegments: reply });
+  const reply = p.replyChunk ? 1 : -1;
+  const bare = chunkHeaderBound(p.version, 0, writes, writes, reply);
   if (bare + p.messageLength <= p.sendLimit) return { mode: 'inline', inlineLength: p.messageLength };
   if (p.items.length > 0 && p.readChunksAllowed) {
-    const withReads = maxChunkHeaderSize(p.version, {
-      readSegments: p.items.length,
-      writeSegments: writes,
-      replySegments: reply,
-    });
+    const withReads = chunkHeaderBound(p.version, p.items.length, writes, writes, reply);
     const reduced = reducedLength(p.messageLength, p.items);
     if (withReads + reduced <= p.sendLimit) return { mode: 'read', inlineLength: reduced };
   }
-  const pz = maxChunkHeaderSize(p.version, { readSegments: 1, writeSegments: writes, replySegments: reply });
+  const pz = chunkHeaderBound(p.version, 1, writes, writes, reply);
   if (pz > p.sendLimit) {
     throw callTooLarge('transport header of a Long Call does not fit the peer receive buffer', {
       headerSize: pz,
@@ -148,7 +144,7 @@ export function needsReplyChunk(
   recvSize: number,
 ): boolean {
   if (maxReplySize < 0) return true;
-  const hdr = maxChunkHeaderSize(version, { writeSegments: writeChunks, replySegments: 1 });
+  const hdr = chunkHeaderBound(version, 0, writeChunks, writeChunks, 1);
   return hdr + Math.max(0, maxReplySize - ddpResultBytes) > recvSize;
 }
 

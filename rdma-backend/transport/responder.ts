@@ -6,10 +6,10 @@
 
 import { truncate } from '../../common/arrays.js';
 import {
+  chunkHeaderBound,
   ERR_CHUNK,
   encodeV1ChunkHeader,
   encodeV2ChunkHeader,
-  maxChunkHeaderSize,
   RDMA_MSG,
   RDMA_NOMSG,
   RDMA2_ERR_BAD_XDR,
@@ -434,14 +434,13 @@ export function sendReply(
   }
   const replyCap = ib.replyChunk ? sumLengths(ib.replyChunk) : -1;
   // Most replies answer a call that offered no chunk: their header bound is a constant.
-  const headerSize =
-    writeChunks.length === 0 && ib.replyChunk === null
-      ? maxChunkHeaderSize(version, NO_CHUNK_BUDGET)
-      : maxChunkHeaderSize(version, {
-          writeSegments: writeSegs,
-          writeChunks: writeChunks.length,
-          replySegments: ib.replyChunk ? ib.replyChunk.length : undefined,
-        });
+  const headerSize = chunkHeaderBound(
+    version,
+    0,
+    writeChunks.length,
+    writeSegs,
+    ib.replyChunk ? ib.replyChunk.length : -1,
+  );
   const planInput = {
     version,
     replyLength: message.length,
@@ -637,7 +636,6 @@ export function postWrite(
   c.postSend();
 }
 
-const NO_CHUNK_BUDGET = Object.freeze({ writeSegments: 0, writeChunks: 0 });
 const NO_WRITES = Object.freeze([]) as unknown as RdmaSegmentInput[][];
 
 const NO_READ_CHUNKS: ReadChunks = {

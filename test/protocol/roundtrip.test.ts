@@ -7,6 +7,7 @@ import test from 'ava';
 import fc from 'fast-check';
 import {
   type ChunkLists,
+  chunkHeaderBound,
   chunkHeaderSize,
   decodeHeader,
   encodeHeader,
@@ -116,6 +117,15 @@ test('the worst-case size bounds every arrangement of N read / N write segments'
       // And the bound is reached when every write segment is its own chunk.
       const spread = { ...chunks, writes: chunks.writes.flat().map((s) => [s]) };
       t.is(chunkHeaderSize(version, spread), worst);
+      // From the exact counts (what the transport holds), the bound is the header's size.
+      const exact = chunkHeaderBound(
+        version,
+        chunks.reads.length,
+        chunks.writes.length,
+        writeSegments,
+        chunks.reply ? chunks.reply.length : -1,
+      );
+      t.is(exact, chunkHeaderSize(version, chunks));
     }),
     { numRuns: 200 },
   );
