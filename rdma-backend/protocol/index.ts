@@ -6,7 +6,8 @@
  * Receive path: `decodeHeader(buf, offset, end)` (or a per-connection `HeaderDecoder`) → structured
  * header, RPC payload at `payloadOffset`; failures are `RpcRdmaDecodeError` carrying the error to answer.
  * Send path: `encodeV2ChunkHeader` / `encodeV1ChunkHeader` (hot path) or `encodeHeader` into an
- * `XdrWriter` over the send buffer; `headerSize` / `maxChunkHeaderSize` (`chunkHeaderBound` from counts) to plan inline thresholds.
+ * `XdrWriter` over the send buffer; `headerSize` / `maxChunkHeaderSize` (`chunkHeaderBound` from plain
+ * counts) to plan inline thresholds.
  */
 export * from './constants.js';
 export {

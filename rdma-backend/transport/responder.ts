@@ -433,7 +433,7 @@ export function sendReply(
     writeSegs += writeChunks[i].length;
   }
   const replyCap = ib.replyChunk ? sumLengths(ib.replyChunk) : -1;
-  // Most replies answer a call that offered no chunk: their header bound is a constant.
+  // The reply header echoes the call's Write chunks and Reply chunk: its bound from their counts.
   const headerSize = chunkHeaderBound(
     version,
     0,
