@@ -195,39 +195,38 @@ export class HeaderDecoder {
     const vers = getU32BE(buf, offset + 4);
     if (vers < this.versionLow || vers > this.versionHigh) return null;
     const type = getU32BE(buf, offset + 12);
+    /** Where the three chunk-list words start (the fixed words before them differ by version). */
+    let lists: number;
     if (vers === RPCRDMA_VERSION_2) {
       // rpcrdma2_msg ends with rdma_rpc_first_word: an RDMA2_MSG carries at least one word after its lists.
-      if (n < (type === RDMA2_MSG ? 40 : type === RDMA2_NOMSG ? 36 : Number.POSITIVE_INFINITY)) return null;
-      if (
-        getU32BE(buf, offset + 24) !== 0 ||
-        getU32BE(buf, offset + 28) !== 0 ||
-        getU32BE(buf, offset + 32) !== 0
-      )
-        return null;
+      if (type === RDMA2_MSG ? n < 40 : type !== RDMA2_NOMSG || n < 36) return null;
+      lists = offset + 24;
+    } else if (vers === RPCRDMA_VERSION_1 && (type === RDMA_MSG || type === RDMA_NOMSG)) {
+      lists = offset + 16;
+    } else {
+      return null;
+    }
+    if (getU32BE(buf, lists) !== 0 || getU32BE(buf, lists + 4) !== 0 || getU32BE(buf, lists + 8) !== 0) {
+      return null;
+    }
+    if (vers === RPCRDMA_VERSION_2) {
       return {
         version: 2,
         htype: type,
         xid: getU32BE(buf, offset),
         credit: getU32BE(buf, offset + 8),
         flags: getU32BE(buf, offset + 16),
-        payloadOffset: offset + 36,
+        payloadOffset: lists + 12,
         invHandle: getU32BE(buf, offset + 20),
         chunks: NO_CHUNKS,
       } as V2Header;
     }
-    if (vers !== RPCRDMA_VERSION_1 || (type !== RDMA_MSG && type !== RDMA_NOMSG)) return null;
-    if (
-      getU32BE(buf, offset + 16) !== 0 ||
-      getU32BE(buf, offset + 20) !== 0 ||
-      getU32BE(buf, offset + 24) !== 0
-    )
-      return null;
     return {
       version: 1,
       proc: type,
       xid: getU32BE(buf, offset),
       credit: getU32BE(buf, offset + 8),
-      payloadOffset: offset + 28,
+      payloadOffset: lists + 12,
       chunks: NO_CHUNKS,
     } as V1Header;
   }
