@@ -56,3 +56,43 @@ export function setU16BE(buf: Uint8Array, at: number, v: number): void {
   buf[at] = v >>> 8;
   buf[at + 1] = v;
 }
+
+/** A DataView over exactly the bytes of `buf`: its byte offsets are `buf`'s indexes. */
+export function viewOf(buf: Uint8Array): DataView {
+  return new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
+}
+
+/**
+ * The largest copy `copyWords` is meant for. Above it `Buffer.copy` (a memmove) is as fast or faster; below
+ * it `copy` costs ~50–60 ns whatever the size on Node 24 (~90–150 ns on Node 20: a view of the source
+ * and a call into C++ per copy), where the word loop takes 9 ns for 40 bytes and 69 ns for 256.
+ */
+export const WORD_COPY_MAX = 256;
+
+/**
+ * Copies `n` bytes from `src` at `from` to `dst` at `to`, four at a time, through DataViews that the caller
+ * keeps with its buffers (a view per copy would cost what this saves). For the small copies of the
+ * per-message paths: an FPDU's header, a small message placed into its Receive buffer or packed into a
+ * send slab. Like every DataView access it throws a RangeError rather than touch a byte outside either
+ * view; `src` and `dst` must not overlap.
+ */
+export function copyWords(src: DataView, from: number, dst: DataView, to: number, n: number): void {
+  if (!(n >= 0 && from >= 0 && to >= 0 && from + n <= src.byteLength && to + n <= dst.byteLength)) {
+    const e = new RangeError(
+      `a copy of ${n} bytes from ${from} of ${src.byteLength} to ${to} of ${dst.byteLength} does not fit`,
+    );
+    (e as RangeError & { code: string }).code = 'ERR_OUT_OF_RANGE';
+    throw e;
+  }
+  const words = from + (n & ~3);
+  let s = from;
+  let d = to;
+  while (s < words) {
+    // Little-endian both ways: the bytes land in their order, without a byte swap.
+    dst.setInt32(d, src.getInt32(s, true), true);
+    s += 4;
+    d += 4;
+  }
+  const end = from + n;
+  while (s < end) dst.setUint8(d++, src.getUint8(s++));
+}

@@ -1,10 +1,20 @@
 /**
  * The big-endian word helpers of the per-message paths (common/bytes.ts): the same words as Buffer's
- * methods, and the same refusal of a word that does not lie in the buffer.
+ * methods, and the same refusal of a word that does not lie in the buffer; the word-wise copy between
+ * DataViews (the soft provider's small copies): what `Buffer.copy` copies, and nothing outside either view.
  */
 import test from 'ava';
 import fc from 'fast-check';
-import { getU32BE, getU32LE, setU16BE, setU32BE, setU32LE } from '../../common/bytes.js';
+import {
+  copyWords,
+  getU32BE,
+  getU32LE,
+  setU16BE,
+  setU32BE,
+  setU32LE,
+  viewOf,
+  WORD_COPY_MAX,
+} from '../../common/bytes.js';
 
 test("they read and write what Buffer's readUInt32BE/LE, writeUInt32BE/LE and writeUInt16BE do, at any position in any buffer", (t) => {
   fc.assert(
@@ -60,4 +70,49 @@ test('a word outside the buffer is refused with ERR_OUT_OF_RANGE, and nothing is
     'a view: its own length counts',
   );
   t.is(getU32BE(b.subarray(2), 0), 0x03040506);
+});
+
+test('copyWords copies what Buffer.copy copies, for every length up to WORD_COPY_MAX, between views of any offset', (t) => {
+  fc.assert(
+    fc.property(
+      fc.uint8Array({ minLength: 0, maxLength: WORD_COPY_MAX + 40 }),
+      fc.nat({ max: 17 }),
+      fc.nat({ max: 17 }),
+      fc.nat(),
+      fc.nat(),
+      (bytes, srcOffset, dstOffset, pickFrom, pickN) => {
+        // Views that start inside larger stores, as the QP's read chunks and registered slots do.
+        const src = Buffer.alloc(bytes.length + srcOffset + 3);
+        src.set(bytes, srcOffset);
+        const srcView = src.subarray(srcOffset, srcOffset + bytes.length);
+        const from = bytes.length === 0 ? 0 : pickFrom % bytes.length;
+        const n = Math.min(pickN % (WORD_COPY_MAX + 1), bytes.length - from);
+        const store = Buffer.alloc(n + dstOffset + 9, 0xee);
+        const dst = store.subarray(dstOffset, dstOffset + n + 5);
+        const want = Buffer.from(store);
+        srcView.copy(want.subarray(dstOffset, dstOffset + n + 5), 3, from, from + n);
+        copyWords(viewOf(srcView), from, viewOf(dst), 3, n);
+        return store.equals(want);
+      },
+    ),
+  );
+  t.pass();
+});
+
+test('copyWords refuses a copy that does not fit either view with ERR_OUT_OF_RANGE, and writes nothing', (t) => {
+  const store = Buffer.from([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+  const src = viewOf(store.subarray(0, 8));
+  const dst = viewOf(store.subarray(4, 10)); // six bytes, the store's 5th to 10th
+  for (const [from, to, n] of [
+    [0, 0, 7], // longer than dst
+    [4, 0, 5], // past src's end (its view, not its store)
+    [-1, 0, 2],
+    [0, -1, 2],
+    [0, 0, -1],
+    [Number.NaN, 0, 2],
+  ])
+    t.throws(() => copyWords(src, from, dst, to, n), { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE' });
+  t.deepEqual([...store], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+  copyWords(src, 0, dst, 1, 5);
+  t.deepEqual([...store], [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 11, 12], "the view's own offsets count");
 });

@@ -10,6 +10,7 @@
  * it: with 254 registrations elsewhere between two rekeys, a region got its previous key back, and a
  * stale rkey of a deregistered region could name the region that took its index.
  */
+import { viewOf } from '../../../common/bytes.js';
 import {
   Access,
   type Device,
@@ -141,6 +142,7 @@ export class SoftMr implements MemoryRegion {
   private key: number;
   valid = true;
   deregistered = false;
+  private bytesView: DataView | undefined;
 
   constructor(
     readonly pd: SoftPd,
@@ -153,6 +155,12 @@ export class SoftMr implements MemoryRegion {
     this.key = stags.keyFor(this.index);
     this.iovaHi = this.index;
     this.iova = BigInt(this.index) << 32n;
+  }
+
+  /** A DataView over `buffer`, made the first time a small copy or CRC reads or writes through it. */
+  get view(): DataView {
+    if (this.bytesView === undefined) this.bytesView = viewOf(this.buffer);
+    return this.bytesView;
   }
 
   get rkey(): number {

@@ -16,7 +16,7 @@
  * failure would change what a corrupted FPDU means are reported only after its CRC was found good.
  */
 import type { Socket } from 'node:net';
-import { getU32BE, getU32LE, setU32BE } from '../../../common/bytes.js';
+import { copyWords, getU32BE, getU32LE, setU32BE, viewOf, WORD_COPY_MAX } from '../../../common/bytes.js';
 import {
   Access,
   type CompletionQueue,
@@ -35,7 +35,7 @@ import {
   WrOpcode,
 } from '../../verbs/index.js';
 import type { SoftCq } from './cq.js';
-import { crc32c } from './crc32c.js';
+import { crc32c, crc32cWithView } from './crc32c.js';
 import type { SoftMr, SoftPd, StagTable } from './memory.js';
 import { MpaError } from './mpa.js';
 import {
@@ -266,6 +266,7 @@ export class SoftQp implements QueuePair {
   // Receive parser state.
   private rxState = RX_HEADER;
   private readonly hdr = Buffer.alloc(64);
+  private readonly hdrView = viewOf(this.hdr);
   private hdrHave = 0;
   private hdrNeed = 4;
   private hdrKnown = false;
@@ -276,7 +277,7 @@ export class SoftQp implements QueuePair {
   private trailerNeed = 0;
   private rxCrc = 0;
   private sink = SINK_DISCARD;
-  private sinkBuf: Buffer | undefined;
+  private sinkMr: SoftMr | undefined;
   private sinkPos = 0;
   private rxOp = 0;
   private rxLast = false;
@@ -704,7 +705,7 @@ export class SoftQp implements QueuePair {
       }
       const n = Math.min(avail, left);
       const start = e.offsets[this.txSge] + this.txSgeOff;
-      fr.payload(e.mrs[this.txSge].buffer, start, start + n);
+      fr.payload(e.mrs[this.txSge], start, start + n);
       this.txSgeOff += n;
       left -= n;
     }
@@ -784,7 +785,7 @@ export class SoftQp implements QueuePair {
         (job.sinkToHi + Math.floor(lo / TWO32)) >>> 0,
         lo >>> 0,
       );
-      fr.payload(job.mr.buffer, job.offset + off, job.offset + off + len);
+      fr.payload(job.mr, job.offset + off, job.offset + off + len);
       fr.end();
       off += len;
     } while (off < job.length);
@@ -852,9 +853,11 @@ export class SoftQp implements QueuePair {
     const n = chunk.length;
     let i = 0;
     const crcOn = (this.params as StreamParams).crc;
+    // One DataView per read, for the small CRCs and copies of every FPDU in it (common/bytes.ts).
+    const view = viewOf(chunk);
     while (i < n && !this.dead) {
       if (this.rxState === RX_HEADER && this.hdrHave === 0 && n - i >= MPA_LENGTH_SIZE) {
-        const taken = this.wholeFpdu(chunk, i, crcOn);
+        const taken = this.wholeFpdu(chunk, view, i, crcOn);
         if (taken > 0) {
           i += taken;
           continue;
@@ -862,8 +865,8 @@ export class SoftQp implements QueuePair {
       }
       if (this.rxState === RX_PAYLOAD) {
         const take = Math.min(this.payloadLeft, n - i);
-        if (crcOn) this.rxCrc = crc32c(chunk, i, i + take, this.rxCrc);
-        this.placePayload(chunk, i, take);
+        if (crcOn) this.rxCrc = crc32cWithView(chunk, view, i, i + take, this.rxCrc);
+        this.placePayload(chunk, view, i, take);
         i += take;
         this.payloadLeft -= take;
         if (this.payloadLeft === 0) this.rxState = RX_TRAILER;
@@ -913,7 +916,7 @@ export class SoftQp implements QueuePair {
    * and pad (before anything of it is interpreted or placed) and handled without the byte-wise state
    * machine below. Returns its length, or 0 when it is not all there (the state machine takes it).
    */
-  private wholeFpdu(chunk: Buffer, i: number, crcOn: boolean): number {
+  private wholeFpdu(chunk: Buffer, view: DataView, i: number, crcOn: boolean): number {
     const ulpdu = (chunk[i] << 8) | chunk[i + 1];
     const covered = MPA_LENGTH_SIZE + ulpdu + mpaPad(ulpdu);
     if (covered + MPA_CRC_SIZE > chunk.length - i) return 0;
@@ -923,16 +926,16 @@ export class SoftQp implements QueuePair {
       this.fatal(Term.MPA_FPDU_START, true);
       return covered + MPA_CRC_SIZE;
     }
-    if (crcOn && crc32c(chunk, i, i + covered, 0) !== getU32LE(chunk, i + covered)) {
+    if (crcOn && crc32cWithView(chunk, view, i, i + covered, 0) !== getU32LE(chunk, i + covered)) {
       this.fatal(Term.MPA_CRC, true);
       return covered + MPA_CRC_SIZE;
     }
     this.ulpduLen = ulpdu;
     this.hdrNeed = Math.min(headerLengthOf(chunk[i + 2], chunk[i + 3]), ulpdu + MPA_LENGTH_SIZE);
-    copySmall(chunk, i, this.hdrNeed, this.hdr, 0);
+    copyWords(view, i, this.hdrView, 0, this.hdrNeed);
     this.onHeader();
     if (this.payloadLeft > 0) {
-      this.placePayload(chunk, i + this.hdrNeed, this.payloadLeft);
+      this.placePayload(chunk, view, i + this.hdrNeed, this.payloadLeft);
       this.payloadLeft = 0;
     }
     this.hdrNeed = 4;
@@ -1046,7 +1049,7 @@ export class SoftQp implements QueuePair {
         return;
       }
       this.sink = SINK_TAGGED;
-      this.sinkBuf = (this.stags.byIndex(stag) as SoftMr).buffer;
+      this.sinkMr = this.stags.byIndex(stag) as SoftMr;
       this.sinkPos = toLo;
       return;
     }
@@ -1188,12 +1191,16 @@ export class SoftQp implements QueuePair {
     return undefined;
   }
 
-  private placePayload(chunk: Buffer, i: number, n: number): void {
+  /** Places `n` bytes of `chunk` (`view` over it) at `i` into the current sink; small ones word by word. */
+  private placePayload(chunk: Buffer, view: DataView, i: number, n: number): void {
     switch (this.sink) {
-      case SINK_TAGGED:
-        chunk.copy(this.sinkBuf as Buffer, this.sinkPos, i, i + n);
+      case SINK_TAGGED: {
+        const mr = this.sinkMr as SoftMr;
+        if (n <= WORD_COPY_MAX) copyWords(view, i, mr.view, this.sinkPos, n);
+        else chunk.copy(mr.buffer, this.sinkPos, i, i + n);
         this.sinkPos += n;
         return;
+      }
       case SINK_RECV: {
         const r = this.recvCur as RqEntry;
         let pos = this.sinkPos;
@@ -1206,7 +1213,9 @@ export class SoftQp implements QueuePair {
           }
           const inSge = pos - base;
           const take = Math.min(n, r.lengths[k] - inSge);
-          chunk.copy(r.mrs[k].buffer, r.offsets[k] + inSge, i, i + take);
+          const mr = r.mrs[k];
+          if (take <= WORD_COPY_MAX) copyWords(view, i, mr.view, r.offsets[k] + inSge, take);
+          else chunk.copy(mr.buffer, r.offsets[k] + inSge, i, i + take);
           i += take;
           n -= take;
           pos += take;

@@ -4,11 +4,17 @@
  * above `copyThreshold` go out as views of the registered buffer (no copy; the WR completes only once
  * the socket has taken the bytes). The CRC is chained over the pieces in wire order.
  */
-import { setU16BE, setU32LE } from '../../../common/bytes.js';
-import { crc32c } from './crc32c.js';
+import { copyWords, setU16BE, setU32LE, viewOf, WORD_COPY_MAX } from '../../../common/bytes.js';
+import { crc32c, crc32cWithView } from './crc32c.js';
 import { MPA_CRC_SIZE, MPA_LENGTH_SIZE, mpaPad } from './wire.js';
 
 const SLAB_SIZE = 64 * 1024;
+
+/** Registered bytes and a DataView over them (a soft MR): small payloads are copied word by word. */
+export interface PayloadSource {
+  readonly buffer: Buffer;
+  readonly view: DataView;
+}
 
 export class TxFramer {
   /** Chunks ready for the socket, in order. */
@@ -16,6 +22,8 @@ export class TxFramer {
   /** Bytes in `chunks` plus the pending slab region. */
   bytes = 0;
   slab: Buffer = Buffer.allocUnsafe(SLAB_SIZE);
+  /** A DataView over `slab`, made with it: the small payload copies and the CRC read through it. */
+  private slabView = viewOf(this.slab);
   /** Start of the slab region not yet pushed to `chunks`. */
   private slabStart = 0;
   pos = 0;
@@ -32,6 +40,7 @@ export class TxFramer {
     if (this.pos + n <= this.slab.length) return;
     this.pushSlabRegion();
     this.slab = Buffer.allocUnsafe(Math.max(SLAB_SIZE, n));
+    this.slabView = viewOf(this.slab);
     this.slabStart = 0;
     this.pos = 0;
     this.crcFrom = 0;
@@ -40,7 +49,7 @@ export class TxFramer {
   private pushSlabRegion(): void {
     if (this.pos > this.slabStart) {
       if (this.crcOn && this.crcFrom < this.pos) {
-        this.crc = crc32c(this.slab, this.crcFrom, this.pos, this.crc);
+        this.crc = crc32cWithView(this.slab, this.slabView, this.crcFrom, this.pos, this.crc);
       }
       this.chunks.push(this.slab.subarray(this.slabStart, this.pos));
       this.slabStart = this.pos;
@@ -64,19 +73,20 @@ export class TxFramer {
     return at;
   }
 
-  /** Appends payload bytes `buf[start, end)` to the current FPDU. */
-  payload(buf: Buffer, start: number, end: number): void {
+  /** Appends payload bytes `[start, end)` of `src` to the current FPDU. */
+  payload(src: PayloadSource, start: number, end: number): void {
     const n = end - start;
     if (n === 0) return;
     this.bytes += n;
     if (n < this.copyThreshold) {
       this.ensure(n + 8);
-      buf.copy(this.slab, this.pos, start, end);
+      if (n <= WORD_COPY_MAX) copyWords(src.view, start, this.slabView, this.pos, n);
+      else src.buffer.copy(this.slab, this.pos, start, end);
       this.pos += n;
       return;
     }
     this.pushSlabRegion();
-    const view = buf.subarray(start, end);
+    const view = src.buffer.subarray(start, end);
     if (this.crcOn) this.crc = crc32c(view, 0, n, this.crc);
     this.chunks.push(view);
   }
@@ -87,7 +97,9 @@ export class TxFramer {
     this.ensure(pad + MPA_CRC_SIZE);
     for (let i = 0; i < pad; i++) this.slab[this.pos++] = 0;
     if (this.crcOn) {
-      if (this.crcFrom < this.pos) this.crc = crc32c(this.slab, this.crcFrom, this.pos, this.crc);
+      if (this.crcFrom < this.pos) {
+        this.crc = crc32cWithView(this.slab, this.slabView, this.crcFrom, this.pos, this.crc);
+      }
       setU32LE(this.slab, this.pos, this.crc);
     } else {
       setU32LE(this.slab, this.pos, 0);
@@ -106,6 +118,7 @@ export class TxFramer {
     // The pushed regions are referenced by the socket until written: carry on after them, never over them.
     if (this.slab.length - this.pos < 4096) {
       this.slab = Buffer.allocUnsafe(SLAB_SIZE);
+      this.slabView = viewOf(this.slab);
       this.pos = 0;
     }
     this.slabStart = this.pos;
