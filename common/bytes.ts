@@ -1,6 +1,6 @@
 /**
  * Words read and written by index, for the per-message paths (record marks, XIDs, transport and FPDU
- * headers, MPA lengths and CRCs).
+ * headers, MPA lengths and CRCs), and small copies word by word between DataViews (`copyWords`).
  *
  * Why not `buf.readUInt32BE` / `buf.writeUInt32BE`: each is a method load (on Node 20, V8 11's concurrently
  * compiled code leaves it a generic `LoadIC`), and the write validates its value and offset through
@@ -64,8 +64,9 @@ export function viewOf(buf: Uint8Array): DataView {
 
 /**
  * The largest copy `copyWords` is meant for. Above it `Buffer.copy` (a memmove) is as fast or faster; below
- * it `copy` costs ~50–60 ns whatever the size on Node 24 (~90–150 ns on Node 20: a view of the source
- * and a call into C++ per copy), where the word loop takes 9 ns for 40 bytes and 69 ns for 256.
+ * it a copy from an offset costs ~50–60 ns whatever the size on Node 24, which calls into C++, and ~90–150
+ * ns on Node 20, which makes a view of the source, where the word loop takes 9 ns for 40 bytes and 69 ns
+ * for 256 (docs/performance.md, "Counting instructions per call").
  */
 export const WORD_COPY_MAX = 256;
 
