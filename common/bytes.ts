@@ -63,12 +63,12 @@ export function viewOf(buf: Uint8Array): DataView {
 }
 
 /**
- * The largest copy `copyWords` is meant for. Above it `Buffer.copy` (a memmove) is as fast or faster; below
- * it a copy from an offset costs ~50–60 ns whatever the size on Node 24, which calls into C++, and ~90–150
- * ns on Node 20, which makes a view of the source, where the word loop takes 9 ns for 40 bytes and 69 ns
- * for 256 (docs/performance.md, "Counting instructions per call").
+ * The largest copy `copyWords` is meant for. Below it a copy from an offset by `Buffer.copy` costs ~55–90
+ * ns whatever the size on Node 24, which calls into C++, and ~100–200 ns on Node 20, which makes a view
+ * of the source; `copyWords` takes ~20 ns for 40 bytes and ~90 ns for 128, and above that the memmove
+ * wins (by the clock, a loop of copies; docs/performance.md, "Counting instructions per call").
  */
-export const WORD_COPY_MAX = 256;
+export const WORD_COPY_MAX = 128;
 
 /**
  * Copies `n` bytes from `src` at `from` to `dst` at `to`, four at a time, through DataViews that the caller
