@@ -1,6 +1,6 @@
 /**
  * Words read and written by index, for the per-message paths (record marks, XIDs, transport and FPDU
- * headers, MPA lengths and CRCs), and small copies word by word between DataViews (`copyWords`).
+ * headers, MPA lengths and CRCs), and copies between DataViews (`copyBytes`).
  *
  * Why not `buf.readUInt32BE` / `buf.writeUInt32BE`: each is a method load (on Node 20, V8 11's concurrently
  * compiled code leaves it a generic `LoadIC`), and the write validates its value and offset through
@@ -63,27 +63,35 @@ export function viewOf(buf: Uint8Array): DataView {
 }
 
 /**
- * The largest copy `copyWords` is meant for. Below it a copy from an offset by `Buffer.copy` costs ~55–90
- * ns whatever the size on Node 24, which calls into C++, and ~100–200 ns on Node 20, which makes a view
- * of the source; `copyWords` takes ~20 ns for 40 bytes and ~90 ns for 128, and above that the memmove
- * wins (by the clock, a loop of copies; docs/performance.md, "Counting instructions per call").
+ * The largest copy `copyBytes` makes word by word. Below it a copy from an offset by `Buffer.copy` costs
+ * ~55–90 ns whatever the size on Node 24, which calls into C++, and ~100–200 ns on Node 20, which makes a
+ * view of the source; the word loop takes ~20 ns for 40 bytes and ~90 ns for 128, and above that a
+ * memmove wins (by the clock, a loop of copies; docs/performance.md, "Counting instructions per call").
  */
 export const WORD_COPY_MAX = 128;
 
 /**
- * Copies `n` bytes from `src` at `from` to `dst` at `to`, four at a time, through DataViews that the caller
- * keeps with its buffers (a view per copy would cost what this saves). For the small copies of the
- * per-message paths: an FPDU's header, a small message placed into its Receive buffer or packed into a
- * send slab. Like every DataView access it throws a RangeError rather than touch a byte outside either
- * view; `src` and `dst` must not overlap.
+ * Copies `n` bytes from `src` at `from` to `dst` at `to`, through DataViews that the caller keeps with its
+ * buffers (a view per copy would cost what the word loop saves): up to `WORD_COPY_MAX` bytes four at a
+ * time, larger copies by one memmove (`TypedArray.set` over views of the two ranges, whose making is small
+ * beside the bytes). For the copies of the soft provider's per-message paths: an FPDU's header, a payload
+ * placed into its Receive buffer or tagged sink, a small payload packed into a send slab. A copy that does
+ * not fit either view throws a RangeError (ERR_OUT_OF_RANGE) before anything is written, where
+ * `Buffer.copy` would silently copy less; `src` and `dst` must not overlap.
  */
-export function copyWords(src: DataView, from: number, dst: DataView, to: number, n: number): void {
+export function copyBytes(src: DataView, from: number, dst: DataView, to: number, n: number): void {
   if (!(n >= 0 && from >= 0 && to >= 0 && from + n <= src.byteLength && to + n <= dst.byteLength)) {
     const e = new RangeError(
       `a copy of ${n} bytes from ${from} of ${src.byteLength} to ${to} of ${dst.byteLength} does not fit`,
     );
     (e as RangeError & { code: string }).code = 'ERR_OUT_OF_RANGE';
     throw e;
+  }
+  if (n > WORD_COPY_MAX) {
+    new Uint8Array(dst.buffer, dst.byteOffset + to, n).set(
+      new Uint8Array(src.buffer, src.byteOffset + from, n),
+    );
+    return;
   }
   const words = from + (n & ~3);
   let s = from;

@@ -6,7 +6,7 @@
 import test from 'ava';
 import fc from 'fast-check';
 import {
-  copyWords,
+  copyBytes,
   getU32BE,
   getU32LE,
   setU16BE,
@@ -72,10 +72,10 @@ test('a word outside the buffer is refused with ERR_OUT_OF_RANGE, and nothing is
   t.is(getU32BE(b.subarray(2), 0), 0x03040506);
 });
 
-test('copyWords copies what Buffer.copy copies, for every length up to WORD_COPY_MAX, between views of any offset', (t) => {
+test('copyBytes copies what Buffer.copy copies, word by word up to WORD_COPY_MAX and by memmove above, between views of any offset', (t) => {
   fc.assert(
     fc.property(
-      fc.uint8Array({ minLength: 0, maxLength: WORD_COPY_MAX + 40 }),
+      fc.uint8Array({ minLength: 0, maxLength: 3 * WORD_COPY_MAX }),
       fc.nat({ max: 17 }),
       fc.nat({ max: 17 }),
       fc.nat(),
@@ -86,12 +86,12 @@ test('copyWords copies what Buffer.copy copies, for every length up to WORD_COPY
         src.set(bytes, srcOffset);
         const srcView = src.subarray(srcOffset, srcOffset + bytes.length);
         const from = bytes.length === 0 ? 0 : pickFrom % bytes.length;
-        const n = Math.min(pickN % (WORD_COPY_MAX + 1), bytes.length - from);
+        const n = Math.min(pickN % (3 * WORD_COPY_MAX), bytes.length - from);
         const store = Buffer.alloc(n + dstOffset + 9, 0xee);
         const dst = store.subarray(dstOffset, dstOffset + n + 5);
         const want = Buffer.from(store);
         srcView.copy(want.subarray(dstOffset, dstOffset + n + 5), 3, from, from + n);
-        copyWords(viewOf(srcView), from, viewOf(dst), 3, n);
+        copyBytes(viewOf(srcView), from, viewOf(dst), 3, n);
         return store.equals(want);
       },
     ),
@@ -99,7 +99,7 @@ test('copyWords copies what Buffer.copy copies, for every length up to WORD_COPY
   t.pass();
 });
 
-test('copyWords refuses a copy that does not fit either view with ERR_OUT_OF_RANGE, and writes nothing', (t) => {
+test('copyBytes refuses a copy that does not fit either view with ERR_OUT_OF_RANGE, and writes nothing', (t) => {
   const store = Buffer.from([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
   const src = viewOf(store.subarray(0, 8));
   const dst = viewOf(store.subarray(4, 10)); // six bytes, the store's 5th to 10th
@@ -111,8 +111,24 @@ test('copyWords refuses a copy that does not fit either view with ERR_OUT_OF_RAN
     [0, 0, -1],
     [Number.NaN, 0, 2],
   ])
-    t.throws(() => copyWords(src, from, dst, to, n), { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE' });
+    t.throws(() => copyBytes(src, from, dst, to, n), { instanceOf: RangeError, code: 'ERR_OUT_OF_RANGE' });
   t.deepEqual([...store], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
-  copyWords(src, 0, dst, 1, 5);
+  copyBytes(src, 0, dst, 1, 5);
   t.deepEqual([...store], [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 11, 12], "the view's own offsets count");
+  // A copy above WORD_COPY_MAX (the memmove) is refused the same way, one byte too long for either view.
+  const big = WORD_COPY_MAX + 10;
+  const from = Buffer.alloc(big + 8, 0xab);
+  const into = Buffer.alloc(big + 8, 0xcd);
+  t.throws(() => copyBytes(viewOf(from), 0, viewOf(into.subarray(0, big)), 1, big), {
+    code: 'ERR_OUT_OF_RANGE',
+  });
+  t.throws(() => copyBytes(viewOf(from.subarray(0, big)), 1, viewOf(into), 0, big), {
+    code: 'ERR_OUT_OF_RANGE',
+  });
+  t.true(
+    into.every((b) => b === 0xcd),
+    'nothing written',
+  );
+  copyBytes(viewOf(from), 0, viewOf(into), 8, big);
+  t.true(into.subarray(8).every((b) => b === 0xab) && into.subarray(0, 8).every((b) => b === 0xcd));
 });

@@ -16,7 +16,7 @@
  * failure would change what a corrupted FPDU means are reported only after its CRC was found good.
  */
 import type { Socket } from 'node:net';
-import { copyWords, getU32BE, getU32LE, setU32BE, viewOf, WORD_COPY_MAX } from '../../../common/bytes.js';
+import { copyBytes, getU32BE, getU32LE, setU32BE, viewOf } from '../../../common/bytes.js';
 import {
   Access,
   type CompletionQueue,
@@ -932,7 +932,7 @@ export class SoftQp implements QueuePair {
     }
     this.ulpduLen = ulpdu;
     this.hdrNeed = Math.min(headerLengthOf(chunk[i + 2], chunk[i + 3]), ulpdu + MPA_LENGTH_SIZE);
-    copyWords(view, i, this.hdrView, 0, this.hdrNeed);
+    copyBytes(view, i, this.hdrView, 0, this.hdrNeed);
     this.onHeader();
     if (this.payloadLeft > 0) {
       this.placePayload(chunk, view, i + this.hdrNeed, this.payloadLeft);
@@ -1191,16 +1191,13 @@ export class SoftQp implements QueuePair {
     return undefined;
   }
 
-  /** Places `n` bytes of `chunk` (`view` over it) at `i` into the current sink; small ones word by word. */
+  /** Places `n` bytes of `chunk` (`view` over it) at `i` into the current sink. */
   private placePayload(chunk: Buffer, view: DataView, i: number, n: number): void {
     switch (this.sink) {
-      case SINK_TAGGED: {
-        const mr = this.sinkMr as SoftMr;
-        if (n <= WORD_COPY_MAX) copyWords(view, i, mr.view, this.sinkPos, n);
-        else chunk.copy(mr.buffer, this.sinkPos, i, i + n);
+      case SINK_TAGGED:
+        copyBytes(view, i, (this.sinkMr as SoftMr).view, this.sinkPos, n);
         this.sinkPos += n;
         return;
-      }
       case SINK_RECV: {
         const r = this.recvCur as RqEntry;
         let pos = this.sinkPos;
@@ -1213,9 +1210,7 @@ export class SoftQp implements QueuePair {
           }
           const inSge = pos - base;
           const take = Math.min(n, r.lengths[k] - inSge);
-          const mr = r.mrs[k];
-          if (take <= WORD_COPY_MAX) copyWords(view, i, mr.view, r.offsets[k] + inSge, take);
-          else chunk.copy(mr.buffer, r.offsets[k] + inSge, i, i + take);
+          copyBytes(view, i, r.mrs[k].view, r.offsets[k] + inSge, take);
           i += take;
           n -= take;
           pos += take;

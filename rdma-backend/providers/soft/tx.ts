@@ -4,13 +4,13 @@
  * above `copyThreshold` go out as views of the registered buffer (no copy; the WR completes only once
  * the socket has taken the bytes). The CRC is chained over the pieces in wire order.
  */
-import { copyWords, setU16BE, setU32LE, viewOf, WORD_COPY_MAX } from '../../../common/bytes.js';
+import { copyBytes, setU16BE, setU32LE, viewOf } from '../../../common/bytes.js';
 import { crc32c, crc32cWithView } from './crc32c.js';
 import { MPA_CRC_SIZE, MPA_LENGTH_SIZE, mpaPad } from './wire.js';
 
 const SLAB_SIZE = 64 * 1024;
 
-/** Registered bytes and a DataView over them (a soft MR): small payloads are copied word by word. */
+/** Registered bytes and a DataView over them (a soft MR): small payloads are copied through the view. */
 export interface PayloadSource {
   readonly buffer: Buffer;
   readonly view: DataView;
@@ -80,8 +80,7 @@ export class TxFramer {
     this.bytes += n;
     if (n < this.copyThreshold) {
       this.ensure(n + 8);
-      if (n <= WORD_COPY_MAX) copyWords(src.view, start, this.slabView, this.pos, n);
-      else src.buffer.copy(this.slab, this.pos, start, end);
+      copyBytes(src.view, start, this.slabView, this.pos, n);
       this.pos += n;
       return;
     }
