@@ -3,8 +3,9 @@
  * [--json] [-- LOOP-ARGS…]`: instructions per call by function, for the loop's calls (see
  * `callgrind-profile.ts` for how, and docs/performance.md "Counting instructions per call" for what it
  * has found). Runs the loop twice under `valgrind --tool=callgrind` with `node --perf-basic-prof`, about
- * 3½ minutes for the defaults. valgrind is a Debian package (`apt-get install valgrind`), not a
- * dependency of the project: without it this says so and exits with status 2.
+ * 3½ minutes for the defaults. valgrind is a Debian package that `scripts/install-system-deps.sh`
+ * installs (the addon's leak test and this tool's own test need it); without it this says so and exits
+ * with status 2.
  */
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';

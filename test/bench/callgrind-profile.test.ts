@@ -1,7 +1,7 @@
 /**
  * bench/callgrind-profile.ts: callgrind's self costs, V8's addresses named by the perf map, and the
- * difference of two counts per call. (Running valgrind itself is `count-functions.ts`'s job; valgrind is
- * not a dependency, so only its refusals are tested here.)
+ * difference of two counts per call, and count-functions' refusals. (A whole count under valgrind is
+ * count-functions.test.ts, in the serial phase of `npm test`.)
  */
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
