@@ -64,6 +64,13 @@ export interface RecordDecoderOptions {
    */
   zeroCopy?: boolean;
   /**
+   * With `zeroCopy: false`, a single-fragment record of at most this many bytes that lies inside one chunk
+   * is still delivered as a view of the chunk, lent: the handler is told (`lent` true) and must be done with
+   * it, or copy it, before it returns. Default 0 (nothing lent). For a caller that passes small records on
+   * synchronously and copies only what it must keep (the responder's upstream link, docs/performance.md).
+   */
+  lendMax?: number;
+  /**
    * Instead of stopping the stream, skip a record larger than `maxRecordSize`: its bytes are read and
    * dropped (nothing of it is kept but its first two words), and once its last byte has passed this is
    * called with the first word — an RPC message's XID — or -1 for a record shorter than 4 bytes, the
@@ -76,9 +83,10 @@ export interface RecordDecoderOptions {
 
 /**
  * Receives each complete record. A zero-copy record is a view of the chunk given to `push`: if the caller
- * reuses its read buffers, the handler must finish with (or copy) the record before returning.
+ * reuses its read buffers, the handler must finish with (or copy) the record before returning. `lent` is
+ * true for a record delivered as a view under `lendMax` while `zeroCopy` is false.
  */
-export type RecordHandler = (record: Buffer) => void;
+export type RecordHandler = (record: Buffer, lent: boolean) => void;
 
 function checkLimit(name: string, value: number, min: number, max: number): number {
   if (!Number.isInteger(value) || value < min || value > max) {
@@ -102,6 +110,7 @@ export class RecordDecoder {
   private readonly allocate: (size: number) => Buffer;
   private readonly release: ((buf: Buffer) => void) | undefined;
   private readonly zeroCopy: boolean;
+  private readonly lendMax: number;
   /** Header bytes of the current fragment header received so far (0 while reading fragment data). */
   private headerHave = 0;
   private headerValue = 0;
@@ -142,6 +151,8 @@ export class RecordDecoder {
     this.allocate = options.allocate ?? Buffer.allocUnsafe;
     this.release = options.release;
     this.zeroCopy = options.zeroCopy ?? true;
+    this.lendMax =
+      options.zeroCopy === false ? checkLimit('lendMax', options.lendMax ?? 0, 0, MAX_FRAGMENT_LENGTH) : 0;
     this.onOversize = options.onOversize;
   }
 
@@ -190,10 +201,11 @@ export class RecordDecoder {
         // Zero copy: a whole single-fragment record inside this chunk is handed over as a view.
         if (last && this.fragments === 1 && n - pos >= len && !this.skipping) {
           this.finishRecord();
-          this.deliver(
-            this.zeroCopy ? chunk.subarray(pos, pos + len) : this.copyOut(chunk, pos, len),
-            pos + len,
-          );
+          if (this.zeroCopy || len <= this.lendMax) {
+            this.deliver(chunk.subarray(pos, pos + len), pos + len, !this.zeroCopy);
+          } else {
+            this.deliver(this.copyOut(chunk, pos, len), pos + len, false);
+          }
           pos += len;
           continue;
         }
@@ -363,7 +375,7 @@ export class RecordDecoder {
         ? this.assembly!
         : this.assembly!.subarray(0, this.assemblyUsed);
     this.finishRecord();
-    this.deliver(record, pos);
+    this.deliver(record, pos, false);
   }
 
   private finishRecord(): void {
@@ -374,10 +386,10 @@ export class RecordDecoder {
     this.assemblyUsed = 0;
   }
 
-  private deliver(record: Buffer, pos: number): void {
+  private deliver(record: Buffer, pos: number, lent: boolean): void {
     this.records++;
     try {
-      this.onRecord(record);
+      this.onRecord(record, lent);
     } catch (err) {
       this.failure = new RecordMarkingError(
         'ERR_RM_FAILED',

@@ -126,10 +126,19 @@ export interface UpstreamLinkOptions {
 
 /**
  * The upstream socket reads into one buffer per link, reused (`onread`), instead of a fresh 64 KiB chunk
- * per read: every record is copied out of it by the decoder (`zeroCopy: false`), so nothing refers to it
+ * per read: records are copied out of it by the decoder (`zeroCopy: false`), so nothing refers to it
  * after a read is decoded. 256 KiB: a 1 MiB reply in four reads.
  */
 const READ_BUFFER_SIZE = 256 * 1024;
+
+/**
+ * Replies up to this size are lent to the transport as views of the read buffer instead (`lendMax`):
+ * `reply(…, lent)` copies an inline reply into its send buffer before returning, and copies the message
+ * itself wherever it would keep it longer. It saves an allocation and a copy per small reply (about 0.7k
+ * of a NULL call's ~62k instructions through the whole chain, counted by function: docs/performance.md,
+ * "Counting instructions per call"). Below the pool's smallest class: such records are never pooled anyway.
+ */
+const LENT_REPLY_MAX = 4095;
 
 export class UpstreamLink implements ResponderHandler, RequesterHandler<BackwardCall> {
   conn: RpcRdmaConnection | null = null;
@@ -151,11 +160,12 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
 
   constructor(o: UpstreamLinkOptions) {
     this.o = o;
-    this.decoder = new RecordDecoder((record) => this.onUpstreamRecord(record), {
+    this.decoder = new RecordDecoder((record, lent) => this.onUpstreamRecord(record, lent), {
       maxRecordSize: o.maxRecordSize,
       allocate: o.pool.acquire,
       release: o.pool.release,
       zeroCopy: false,
+      lendMax: Math.min(LENT_REPLY_MAX, o.pool.minSize - 1),
       onOversize: (xid, announced, msgType) => this.onOversizedRecord(xid, announced, msgType),
     });
     // Writes before the connection is established are buffered by Node, so calls may arrive at once.
@@ -257,12 +267,13 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
     }
   }
 
-  private onUpstreamRecord(record: Buffer): void {
+  /** `lent`: a view of the read buffer, valid until this returns (`LENT_REPLY_MAX`). */
+  private onUpstreamRecord(record: Buffer, lent: boolean): void {
     const msgType = record.length < 8 ? -1 : getU32BE(record, 4);
-    if (msgType === MsgType.REPLY) this.onUpstreamReply(record);
+    if (msgType === MsgType.REPLY) this.onUpstreamReply(record, lent);
     else if (msgType === MsgType.CALL)
-      this.onCallback(record); // kept by the backward call: not pooled
-    else this.o.pool.release(record);
+      this.onCallback(lent ? Buffer.from(record) : record); // kept by the backward call: not pooled
+    else if (!lent) this.o.pool.release(record);
   }
 
   /**
@@ -292,12 +303,12 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
     if (this.rdmaClosed && this.pending.size === 0) this.endUpstream();
   }
 
-  private onUpstreamReply(record: Buffer): void {
+  private onUpstreamReply(record: Buffer, lent: boolean): void {
     const xid = getU32BE(record, 0);
     const p = this.pending.get(xid);
     if (p === undefined) {
       this.o.stats.unmatchedReplies++;
-      this.o.pool.release(record);
+      if (!lent) this.o.pool.release(record);
       return;
     }
     this.pending.delete(xid);
@@ -307,9 +318,10 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
     p.inbound = null;
     if (!this.rdmaClosed) {
       const items = p.planned ? this.locateResults(p, inbound, record) : NO_ITEMS;
-      (this.conn as RpcRdmaConnection).reply(inbound, record, items); // returned by onReplyReleased
+      // An owned record comes back through onReplyReleased; a lent one is ours again on return.
+      (this.conn as RpcRdmaConnection).reply(inbound, record, items, lent);
       this.o.stats.repliesSent++;
-    } else {
+    } else if (!lent) {
       this.o.pool.release(record);
     }
     this.free.push(p);

@@ -322,6 +322,8 @@ export class RpcRdmaConnection {
     inbound: InboundCallImpl;
     message: Buffer;
     items: readonly DdpItem[];
+    /** Not to be reported to `onReplyReleased` (a copy of a lent message). */
+    lent: boolean;
   }>(16);
 
   private constructor(
@@ -798,20 +800,30 @@ export class RpcRdmaConnection {
    * after the length word, length without pad), in order: item i goes to Write chunk i when the requester
    * offered one (RFC 8166 §3.5.2); the rest stays inline. A reply too large for the requester's resources
    * is answered with RDMA2_ERR_WRITE_RESOURCE / REPLY_RESOURCE (Version 1: ERR_CHUNK).
+   *
+   * `lent`: `message` is valid only until this returns (a view of the caller's read buffer). The transport
+   * copies it where it would keep it longer (queued for a free send buffer, or registered as the source
+   * of RDMA Writes) and never reports it to `onReplyReleased`: the caller has it back on return.
    */
-  reply(inbound: InboundCall, message: Buffer, ddpItems: readonly DdpItem[] = []): void {
+  reply(inbound: InboundCall, message: Buffer, ddpItems: readonly DdpItem[] = [], lent = false): void {
     const ib = inbound as InboundCallImpl;
     if (ib.owner !== this || ib.answered) return;
     ib.answered = true;
     if (this.state === 'closed') {
-      this.replyReleased(message); // the requester retransmits on a new connection
+      if (!lent) this.replyReleased(message); // the requester retransmits on a new connection
       return;
     }
     if (this.sendSlab.available === 0) {
-      this.pendingReplies.push({ inbound: ib, message, items: ddpItems });
+      // A lent message is copied to wait; the copy is the transport's own, never reported either.
+      this.pendingReplies.push({
+        inbound: ib,
+        message: lent ? Buffer.from(message) : message,
+        items: ddpItems,
+        lent,
+      });
       return;
     }
-    sendReply(this, ib, message, ddpItems);
+    sendReply(this, ib, message, ddpItems, lent);
   }
 
   /** Answers an inbound call with an RDMA2_ERROR (Version 1: ERR_CHUNK unless ERR_VERS). */

@@ -412,8 +412,9 @@ export function flushPendingReplies(c: RpcRdmaConnection): void {
       inbound: InboundCallImpl;
       message: Buffer;
       items: readonly DdpItem[];
+      lent: boolean;
     };
-    sendReply(c, p.inbound, p.message, p.items);
+    sendReply(c, p.inbound, p.message, p.items, p.lent);
   }
 }
 
@@ -422,6 +423,7 @@ export function sendReply(
   ib: InboundCallImpl,
   message: Buffer,
   items: readonly DdpItem[],
+  lent = false,
 ): void {
   const version = ib.version;
   const caps = c.scratchCaps;
@@ -466,7 +468,7 @@ export function sendReply(
   }
   if (plan.mode === 'error' && plan.error) {
     sendError(c, ib.xid, version, version === 1 ? { code: ERR_CHUNK } : plan.error);
-    c.replyReleased(message);
+    if (!lent) c.replyReleased(message);
     return;
   }
   const slot = c.sendSlab.acquire();
@@ -498,6 +500,8 @@ export function sendReply(
   const needSrc = srcMr === null && (plan.moved > 0 || (plan.mode === 'reply-chunk' && !rprc));
   let src: ChunkRegistration | null = null;
   if (needSrc) {
+    // The RDMA Writes read the source after we return: a lent message is the caller's only until then.
+    if (lent) message = Buffer.from(message);
     src = c.registrar.registerLocal(message);
     regs = [src];
     srcMr = src.mr;
@@ -603,7 +607,8 @@ export function sendReply(
   c.sendStage[slot] = stage;
   // The RDMA Writes read from `message` itself only when it was registered (`src`); otherwise everything
   // was copied into send buffers and the caller may have it back now.
-  c.sendMessages[slot] = src !== null ? message : null;
+  // A lent message's copy is kept alive by its registration and is never reported back.
+  c.sendMessages[slot] = src !== null && !lent ? message : null;
   // Send With Invalidate (RFC 8797 §5.1, seed 004 §8.4) when the requester allows it and one rkey covers
   // every chunk of the call; Version 2 names it in rdma_inv_handle.
   let inv = 0;
@@ -612,7 +617,7 @@ export function sendReply(
   }
   c.counters.repliesSent++;
   c.postSendSlot(slot, len, inv ? WrOpcode.SEND_WITH_INV : WrOpcode.SEND, inv);
-  if (src === null) c.replyReleased(message);
+  if (src === null && !lent) c.replyReleased(message);
 }
 
 export function postWrite(

@@ -222,6 +222,59 @@ test('zeroCopy false: every record is its own buffer from allocate, held records
   );
 });
 
+test('lendMax: small whole records are lent as views of the chunk, the rest copied; the handler is told which', (t) => {
+  fc.assert(
+    fc.property(
+      fc.array(wireRecord, { minLength: 1, maxLength: 6 }),
+      fc.integer({ min: 1, max: 97 }),
+      fc.integer({ min: 0, max: 64 }),
+      (records, readSize, lendMax) => {
+        const stream = wire(records);
+        const readBuffer = Buffer.alloc(readSize + 64);
+        const got: Buffer[] = [];
+        let lentCount = 0;
+        const decoder = new RecordDecoder(
+          (r, lent) => {
+            // A lent record is a view of this read, no larger than the limit; any other is the handler's.
+            t.is(r.buffer === readBuffer.buffer, lent);
+            if (lent) {
+              t.true(r.length <= lendMax);
+              lentCount++;
+            }
+            got.push(Buffer.from(r)); // copied before the read buffer is reused
+          },
+          { zeroCopy: false, lendMax },
+        );
+        for (let pos = 0; pos < stream.length; pos += readSize) {
+          const n = stream.copy(readBuffer, 0, pos, pos + readSize);
+          decoder.push(readBuffer.subarray(0, n));
+          readBuffer.fill(0xa5);
+        }
+        decoder.end();
+        t.deepEqual(
+          got,
+          records.map((r) => r.body),
+        );
+        if (lendMax === 0) t.is(lentCount, 0);
+      },
+    ),
+    { numRuns: 100 },
+  );
+  // A whole record under the limit inside one chunk is lent; one byte over, copied.
+  const seen: [number, boolean][] = [];
+  const d = new RecordDecoder((r, lent) => seen.push([r.length, lent]), { zeroCopy: false, lendMax: 8 });
+  d.push(wire([rec([8], 1), rec([9], 2)]));
+  t.deepEqual(seen, [
+    [8, true],
+    [9, false],
+  ]);
+  // With zeroCopy every record is a view anyway, and none is called lent.
+  const views: boolean[] = [];
+  new RecordDecoder((_r, lent) => views.push(lent), { lendMax: 8 }).push(wire([rec([4], 3)]));
+  t.deepEqual(views, [false]);
+  t.throws(() => new RecordDecoder(() => {}, { zeroCopy: false, lendMax: -1 }), { instanceOf: ConfigError });
+});
+
 test('a buffer outgrown by a multi-fragment record is handed to release; the delivered one is not', (t) => {
   const released: Buffer[] = [];
   const allocated: Buffer[] = [];

@@ -1,11 +1,13 @@
 /**
  * The `onReplyReleased` contract a responder relies on to reuse reply buffers: every message given to
  * `reply()` comes back exactly once, and only when nothing reads from it any more — never while its RDMA
- * Writes or Send may still be in flight, never for a reply owed when the connection is torn down.
+ * Writes or Send may still be in flight, never for a reply owed when the connection is torn down. A lent
+ * message (`reply(…, lent)`) is the caller's again when `reply()` returns, and is never released.
  */
 import test from 'ava';
 import type { RpcRdmaConnection, TransportLogger } from '../../rdma-backend/transport/index.js';
-import { loopback, pattern, replyData, sourceCall, TestCall } from './loopback.js';
+import { flushPendingReplies } from '../../rdma-backend/transport/responder.js';
+import { CALL_DATA, encodeReply, loopback, pattern, replyData, sourceCall, TestCall } from './loopback.js';
 
 test('every reply message is released exactly once, the same buffer, whether inline, in Write chunks or in the Reply chunk', async (t) => {
   const lb = await loopback();
@@ -122,6 +124,66 @@ test("an allocateReply or allocateCall that throws is the handler's bug: logged,
     t.true(lines.some((l) => l.handler === 'allocateCall'));
     t.is(lb.server.counters.handlerErrors, 1);
     t.is(lb.client.counters.handlerErrors, 2);
+  } finally {
+    await lb.close();
+  }
+});
+
+test('a lent reply is never released, and overwriting it once reply() returns changes nothing sent: inline, queued for a send buffer, through the Reply chunk', async (t) => {
+  const lb = await loopback();
+  try {
+    let queued = -1;
+    lb.responder.override = (call, conn) => {
+      const m = call.message;
+      const xid = m.readUInt32BE(0);
+      const reply = encodeReply(xid, m.subarray(CALL_DATA, CALL_DATA + m.readUInt32BE(CALL_DATA - 4)));
+      lb.responder.replied.push(reply);
+      if (xid === 2) {
+        // Every send buffer taken: the reply has to wait for one.
+        const taken: number[] = [];
+        while (conn.sendSlab.available > 0) taken.push(conn.sendSlab.acquire());
+        conn.reply(call, reply, [], true);
+        queued = conn.pendingReplies.length;
+        reply.fill(0xee);
+        for (const slot of taken) conn.sendSlab.release(slot);
+        flushPendingReplies(conn);
+      } else {
+        conn.reply(call, reply, [], true);
+        reply.fill(0xee); // the caller's read buffer, reused at once
+      }
+      return true;
+    };
+    lb.client.submit(TestCall.echo(1, pattern(100, 1), false)); // inline
+    lb.client.submit(TestCall.echo(2, pattern(300, 2), false)); // queued, then inline
+    lb.client.submit(TestCall.echo(3, pattern(20000, 3), false)); // the Reply chunk's RDMA Writes read later
+    const outs = await lb.collector.wait(3);
+    for (const o of outs) t.is(o.error, undefined);
+    const data = (xid: number) => replyData(outs.find((o) => o.call.xid === xid)?.reply as Buffer);
+    t.deepEqual(data(1), pattern(100, 1));
+    t.deepEqual(data(2), pattern(300, 2));
+    t.deepEqual(data(3), pattern(20000, 3));
+    t.is(queued, 1, 'the second reply waited for a send buffer');
+    t.is(lb.server.counters.longReplies, 1);
+    await new Promise((r) => setTimeout(r, 100));
+    t.deepEqual(lb.responder.released, [], 'nothing lent comes back through onReplyReleased');
+    t.is(lb.server.snapshot().registrations.inUse, 0, "the Reply chunk's source registration was released");
+    t.is(lb.server.counters.handlerErrors, 0);
+  } finally {
+    await lb.close();
+  }
+});
+
+test('a lent reply to a connection already closed is dropped, not released', async (t) => {
+  const lb = await loopback();
+  lb.responder.hold = true;
+  try {
+    lb.client.submit(TestCall.echo(4, pattern(50, 4), false));
+    for (let i = 0; i < 100 && lb.responder.held.length < 1; i++) await new Promise((r) => setTimeout(r, 5));
+    lb.server.close('test: closed before the reply');
+    const reply = encodeReply(4, pattern(50, 4));
+    lb.server.reply(lb.responder.held[0], reply, [], true);
+    await lb.collector.wait(1);
+    t.deepEqual(lb.responder.released, []);
   } finally {
     await lb.close();
   }
