@@ -195,6 +195,21 @@ test('a single-fragment record inside one chunk is a zero-copy view; others are 
   t.is(seen[2].length, 30);
 });
 
+/** Feeds `stream` to `decoder` in reads of `readSize` bytes through one buffer reused (and scribbled over) after each read, then ends it. */
+function feedThroughReusedBuffer(
+  decoder: RecordDecoder,
+  stream: Buffer,
+  readSize: number,
+  readBuffer: Buffer,
+): void {
+  for (let pos = 0; pos < stream.length; pos += readSize) {
+    const n = stream.copy(readBuffer, 0, pos, pos + readSize);
+    decoder.push(readBuffer.subarray(0, n));
+    readBuffer.fill(0xa5);
+  }
+  decoder.end();
+}
+
 test('zeroCopy false: every record is its own buffer from allocate, held records survive a reused read buffer', (t) => {
   fc.assert(
     fc.property(
@@ -205,12 +220,7 @@ test('zeroCopy false: every record is its own buffer from allocate, held records
         const readBuffer = Buffer.alloc(readSize + 64);
         const held: Buffer[] = []; // not copied: the handler keeps what it was given
         const decoder = new RecordDecoder((r) => held.push(r), { zeroCopy: false });
-        for (let pos = 0; pos < stream.length; pos += readSize) {
-          const n = stream.copy(readBuffer, 0, pos, pos + readSize);
-          decoder.push(readBuffer.subarray(0, n));
-          readBuffer.fill(0xa5);
-        }
-        decoder.end();
+        feedThroughReusedBuffer(decoder, stream, readSize, readBuffer);
         t.deepEqual(
           held,
           records.map((r) => r.body),
@@ -245,12 +255,7 @@ test('lendMax: small whole records are lent as views of the chunk, the rest copi
           },
           { zeroCopy: false, lendMax },
         );
-        for (let pos = 0; pos < stream.length; pos += readSize) {
-          const n = stream.copy(readBuffer, 0, pos, pos + readSize);
-          decoder.push(readBuffer.subarray(0, n));
-          readBuffer.fill(0xa5);
-        }
-        decoder.end();
+        feedThroughReusedBuffer(decoder, stream, readSize, readBuffer);
         t.deepEqual(
           got,
           records.map((r) => r.body),
