@@ -15,7 +15,7 @@ import { encodePrivateData } from '../../rdma-backend/protocol/index.js';
 import { mpaReply, mpaRequest, SendFramer } from '../helpers/iwarp-frames.js';
 import { PcapWriter } from '../helpers/pcap.js';
 import { requireExecutable, testWithPeers } from '../helpers/peers.js';
-import { freePort } from '../helpers/ports.js';
+import { freePort, freePorts, portsWiresharkClaims } from '../helpers/ports.js';
 import { encodeToBuffer } from '../protocol/hex.js';
 import {
   CaptureIncompleteError,
@@ -503,3 +503,29 @@ withGanesha('a capture still incomplete after three runs fails the scenario with
   const reasons = errors.map((e) => String((e as { cause?: Error }).cause?.message ?? e.message));
   t.regex(reasons.join('\n'), /capture .* is incomplete: dumpcap reported 1 packets dropped/);
 });
+
+testWithPeers('tshark')(
+  'test ports are never ones Wireshark dissects by number (29418 is SSH to it: an MPA link there went undecoded)',
+  async (t) => {
+    const claimed = portsWiresharkClaims();
+    t.true(claimed.has(29418), 'tshark -G decodes lists tcp.port 29418');
+    t.true(claimed.size > 100);
+    // The first draw lands on 29418 (freePorts draws uniformly in 20000-32000), the later ones anywhere.
+    const random = Math.random;
+    let first = true;
+    Math.random = () => {
+      if (!first) return random();
+      first = false;
+      return (29418.5 - 20000) / 12000;
+    };
+    let drawn: number[];
+    try {
+      drawn = await freePorts(1);
+    } finally {
+      Math.random = random;
+    }
+    t.false(first, 'the draw went through the stub');
+    t.not(drawn[0], 29418);
+    t.false(claimed.has(drawn[0]));
+  },
+);
