@@ -131,15 +131,6 @@ export interface UpstreamLinkOptions {
  */
 const READ_BUFFER_SIZE = 256 * 1024;
 
-/**
- * Replies up to this size are lent to the transport as views of the read buffer instead (`lendMax`):
- * `reply(…, lent)` copies an inline reply into its send buffer before returning, and copies the message
- * itself wherever it would keep it longer. It saves an allocation and a copy per small reply (about 0.7k
- * of a NULL call's ~62k instructions through the whole chain, counted by function: docs/performance.md,
- * "Counting instructions per call"). Below the pool's smallest class: such records are never pooled anyway.
- */
-const LENT_REPLY_MAX = 4095;
-
 export class UpstreamLink implements ResponderHandler, RequesterHandler<BackwardCall> {
   conn: RpcRdmaConnection | null = null;
   readonly socket: Socket;
@@ -165,7 +156,12 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
       allocate: o.pool.acquire,
       release: o.pool.release,
       zeroCopy: false,
-      lendMax: Math.min(LENT_REPLY_MAX, o.pool.minSize - 1),
+      // Replies below the pool's smallest class (never pooled anyway) are lent to the transport as views
+      // of the read buffer: `reply(…, lent)` copies an inline one into its send buffer before returning,
+      // and the message itself wherever it would keep it longer. An allocation and a copy fewer per small
+      // reply (about 0.7k of a NULL call's ~62k instructions through the chain, counted by function:
+      // docs/performance.md, "Counting instructions per call").
+      lendMax: o.pool.minSize - 1,
       onOversize: (xid, announced, msgType) => this.onOversizedRecord(xid, announced, msgType),
     });
     // Writes before the connection is established are buffered by Node, so calls may arrive at once.
@@ -267,7 +263,7 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
     }
   }
 
-  /** `lent`: a view of the read buffer, valid until this returns (`LENT_REPLY_MAX`). */
+  /** `lent`: a view of the read buffer, valid until this returns (`lendMax` above). */
   private onUpstreamRecord(record: Buffer, lent: boolean): void {
     const msgType = record.length < 8 ? -1 : getU32BE(record, 4);
     if (msgType === MsgType.REPLY) this.onUpstreamReply(record, lent);

@@ -290,6 +290,37 @@ test('an upstream reply over the record limit fails only its call; the connectio
   t.is(responder.stats.oversizedReplies, 1);
 });
 
+test('small records lent from the read buffer: a stray reply is counted and dropped, a callback copied, the reply intact', async (t) => {
+  const cbArgs = Buffer.from('callback arguments, kept by the backward call');
+  const u = await upstream((s, rec) => {
+    if (rec.readUInt32BE(4) !== 0) {
+      // The client's answer to the callback: now the call's reply.
+      s.write(Buffer.concat(frameRecord(reply(7, Buffer.from('the reply of call 7')))));
+      return;
+    }
+    // One write, so the three small records arrive in one read and are all lent: a reply matching no call,
+    // a callback, and (after the callback's answer) the reply. The read buffer is reused behind them.
+    s.write(
+      Buffer.concat([
+        ...frameRecord(reply(999, Buffer.from('no call has this XID'))),
+        ...frameRecord(encodeCall(7, CB_PROG, 1, 1, cbArgs)),
+      ]),
+    );
+  });
+  const { responder, conn, outcomes, backward } = await chain(t, u);
+  conn.submit(call(7));
+  await waitFor(() => outcomes.replies.length + outcomes.failures.length === 1, 'call 7 answered');
+  t.deepEqual(outcomes.failures, []);
+  t.deepEqual(outcomes.replies[0].subarray(24), Buffer.from('the reply of call 7'));
+  t.is(responder.stats.unmatchedReplies, 1);
+  t.is(backward.length, 1);
+  t.deepEqual(backward[0].message.subarray(backward[0].message.length - cbArgs.length), cbArgs);
+  // Nothing lent was put into (or refused by) the record pool.
+  t.is(responder.recordPool.stats.ignored, 0);
+  t.is(responder.recordPool.stats.doubleReleases, 0);
+  t.is(conn.state, 'ready');
+});
+
 test('an oversized callback from the upstream is dropped, never taken for the reply of a call with its XID', async (t) => {
   const MAX = 64 * 1024;
   let upstreamSocket: Socket | undefined;
