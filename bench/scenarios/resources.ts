@@ -13,7 +13,8 @@
  * (field 3). With more busy processes than cores, that wait is what a call pays for each hand-over from
  * one process to the next; `/proc/stat`'s first line, sampled at the start and the end, says how busy the
  * machine's CPUs were meanwhile. Together they tell a chain that is short of CPU from one whose processes
- * queue on one core while the other idles (docs/performance.md, "Where the time goes").
+ * queue on one core while the other idles (docs/performance-investigations.md, "Why NULL at 64
+ * outstanding stays near half the haproxy chain").
  */
 import { readdirSync, readFileSync } from 'node:fs';
 

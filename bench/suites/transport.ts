@@ -38,7 +38,8 @@ const ROUNDS = 3;
 /**
  * The 1 MiB rows take more, shorter rounds in the same time. On this VM a fresh pair of loopback
  * connections moves 1 MiB at one of two kernel costs (~150 or ~270 µs of system time per call, the
- * user time the same; docs/performance.md, "Latest results"), drawn about evenly per pair and per side.
+ * user time the same; docs/performance-investigations.md, "Earlier whole runs", 18:34), drawn about
+ * evenly per pair and per side.
  * With three rounds one side lands on the slow cost in every round about one run in eight, which
  * missed the 0.7 target at 1 outstanding on 2026-11-26 18:34; with five, about one in thirty.
  */
