@@ -87,7 +87,7 @@ import { type PropertyDisposition, PropertyExchange, type PropertyHost } from '.
 import { onCompletions } from './receive.js';
 import { ChunkRegistrar, type ChunkRegistration } from './registration.js';
 import { allocState, canSendCall, enqueue, freeState, pump, releaseRegs, sendCall } from './requester.js';
-import { endInbound, releaseInboundSinks, sendReply } from './responder.js';
+import { endInbound, ReplyHold, releaseInboundSinks, sendReply } from './responder.js';
 import { SendSignaling } from './send-signaling.js';
 import {
   type CallState,
@@ -322,8 +322,8 @@ export class RpcRdmaConnection {
     inbound: InboundCallImpl;
     message: Buffer;
     items: readonly DdpItem[];
-    /** Not to be reported to `onReplyReleased` (a copy of a lent message). */
-    lent: boolean;
+    /** `ReplyHold.COPY` for the copy of a lent message, which is never reported to `onReplyReleased`. */
+    hold: ReplyHold;
   }>(16);
 
   private constructor(
@@ -814,16 +814,17 @@ export class RpcRdmaConnection {
       return;
     }
     if (this.sendSlab.available === 0) {
-      // A lent message is copied to wait; the copy is the transport's own, never reported either.
+      // A lent message is copied to wait; the copy is the transport's own (sent from as it is, a Reply
+      // chunk's Writes included), never reported either.
       this.pendingReplies.push({
         inbound: ib,
         message: lent ? Buffer.from(message) : message,
         items: ddpItems,
-        lent,
+        hold: lent ? ReplyHold.COPY : ReplyHold.CALLER,
       });
       return;
     }
-    sendReply(this, ib, message, ddpItems, lent);
+    sendReply(this, ib, message, ddpItems, lent ? ReplyHold.LENT : ReplyHold.CALLER);
   }
 
   /** Answers an inbound call with an RDMA2_ERROR (Version 1: ERR_CHUNK unless ERR_VERS). */

@@ -406,15 +406,26 @@ export function endInbound(c: RpcRdmaConnection, ib: InboundState): void {
   c.inboundActive--;
 }
 
+/** Whose a reply's message is while the transport sends it (`RpcRdmaConnection.reply`). */
+export const ReplyHold = {
+  /** The caller's: handed back through `onReplyReleased` once nothing reads it any more. */
+  CALLER: 0,
+  /** Lent: the caller's again when `reply()` returns; copied wherever it is kept, never handed back. */
+  LENT: 1,
+  /** The transport's own copy of a lent message (queued for a send buffer): sent from as it is, never handed back. */
+  COPY: 2,
+} as const;
+export type ReplyHold = (typeof ReplyHold)[keyof typeof ReplyHold];
+
 export function flushPendingReplies(c: RpcRdmaConnection): void {
   while (c.pendingReplies.length > 0 && c.sendSlab.available > 0) {
     const p = c.pendingReplies.shift() as {
       inbound: InboundCallImpl;
       message: Buffer;
       items: readonly DdpItem[];
-      lent: boolean;
+      hold: ReplyHold;
     };
-    sendReply(c, p.inbound, p.message, p.items, p.lent);
+    sendReply(c, p.inbound, p.message, p.items, p.hold);
   }
 }
 
@@ -423,7 +434,7 @@ export function sendReply(
   ib: InboundCallImpl,
   message: Buffer,
   items: readonly DdpItem[],
-  lent = false,
+  hold: ReplyHold = ReplyHold.CALLER,
 ): void {
   const version = ib.version;
   const caps = c.scratchCaps;
@@ -468,7 +479,7 @@ export function sendReply(
   }
   if (plan.mode === 'error' && plan.error) {
     sendError(c, ib.xid, version, version === 1 ? { code: ERR_CHUNK } : plan.error);
-    if (!lent) c.replyReleased(message);
+    if (hold === ReplyHold.CALLER) c.replyReleased(message);
     return;
   }
   const slot = c.sendSlab.acquire();
@@ -500,8 +511,9 @@ export function sendReply(
   const needSrc = srcMr === null && (plan.moved > 0 || (plan.mode === 'reply-chunk' && !rprc));
   let src: ChunkRegistration | null = null;
   if (needSrc) {
-    // The RDMA Writes read the source after we return: a lent message is the caller's only until then.
-    if (lent) message = Buffer.from(message);
+    // The RDMA Writes read the source after we return: a lent message is the caller's only until then
+    // (a queued one is already the transport's copy).
+    if (hold === ReplyHold.LENT) message = Buffer.from(message);
     src = c.registrar.registerLocal(message);
     regs = [src];
     srcMr = src.mr;
@@ -608,7 +620,7 @@ export function sendReply(
   // The RDMA Writes read from `message` itself only when it was registered (`src`); otherwise everything
   // was copied into send buffers and the caller may have it back now.
   // A lent message's copy is kept alive by its registration and is never reported back.
-  c.sendMessages[slot] = src !== null && !lent ? message : null;
+  c.sendMessages[slot] = src !== null && hold === ReplyHold.CALLER ? message : null;
   // Send With Invalidate (RFC 8797 §5.1, seed 004 §8.4) when the requester allows it and one rkey covers
   // every chunk of the call; Version 2 names it in rdma_inv_handle.
   let inv = 0;
@@ -617,7 +629,7 @@ export function sendReply(
   }
   c.counters.repliesSent++;
   c.postSendSlot(slot, len, inv ? WrOpcode.SEND_WITH_INV : WrOpcode.SEND, inv);
-  if (src === null && !lent) c.replyReleased(message);
+  if (src === null && hold === ReplyHold.CALLER) c.replyReleased(message);
 }
 
 export function postWrite(

@@ -129,21 +129,21 @@ test("an allocateReply or allocateCall that throws is the handler's bug: logged,
   }
 });
 
-test('a lent reply is never released, and overwriting it once reply() returns changes nothing sent: inline, queued for a send buffer, through the Reply chunk', async (t) => {
+test('a lent reply is never released, and overwriting it once reply() returns changes nothing sent: inline, queued for a send buffer, through the Reply chunk, queued then through the Reply chunk', async (t) => {
   const lb = await loopback();
   try {
-    let queued = -1;
+    const queued: number[] = [];
     lb.responder.override = (call, conn) => {
       const m = call.message;
       const xid = m.readUInt32BE(0);
       const reply = encodeReply(xid, m.subarray(CALL_DATA, CALL_DATA + m.readUInt32BE(CALL_DATA - 4)));
       lb.responder.replied.push(reply);
-      if (xid === 2) {
+      if (xid === 2 || xid === 4) {
         // Every send buffer taken: the reply has to wait for one.
         const taken: number[] = [];
         while (conn.sendSlab.available > 0) taken.push(conn.sendSlab.acquire());
         conn.reply(call, reply, [], true);
-        queued = conn.pendingReplies.length;
+        queued.push(conn.pendingReplies.length);
         reply.fill(0xee);
         for (const slot of taken) conn.sendSlab.release(slot);
         flushPendingReplies(conn);
@@ -156,14 +156,17 @@ test('a lent reply is never released, and overwriting it once reply() returns ch
     lb.client.submit(TestCall.echo(1, pattern(100, 1), false)); // inline
     lb.client.submit(TestCall.echo(2, pattern(300, 2), false)); // queued, then inline
     lb.client.submit(TestCall.echo(3, pattern(20000, 3), false)); // the Reply chunk's RDMA Writes read later
-    const outs = await lb.collector.wait(3);
+    // Queued, then the Reply chunk: the queue's copy is what the RDMA Writes read.
+    lb.client.submit(TestCall.echo(4, pattern(20000, 4), false));
+    const outs = await lb.collector.wait(4);
     for (const o of outs) t.is(o.error, undefined);
     const data = (xid: number) => replyData(outs.find((o) => o.call.xid === xid)?.reply as Buffer);
     t.deepEqual(data(1), pattern(100, 1));
     t.deepEqual(data(2), pattern(300, 2));
     t.deepEqual(data(3), pattern(20000, 3));
-    t.is(queued, 1, 'the second reply waited for a send buffer');
-    t.is(lb.server.counters.longReplies, 1);
+    t.deepEqual(data(4), pattern(20000, 4));
+    t.deepEqual(queued, [1, 1], 'the second and the fourth reply waited for a send buffer');
+    t.is(lb.server.counters.longReplies, 2);
     await new Promise((r) => setTimeout(r, 100));
     t.deepEqual(lb.responder.released, [], 'nothing lent comes back through onReplyReleased');
     t.is(lb.server.snapshot().registrations.inUse, 0, "the Reply chunk's source registration was released");
