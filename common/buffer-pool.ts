@@ -5,8 +5,8 @@
  * Why: a fresh 1 MiB `Buffer` per record costs more than its copy. Its backing store is mmap()ed by
  * malloc (above glibc's threshold), first-touch page faults follow, and V8 counts it as external memory,
  * so a few hundred per second trigger "external memory pressure" scavenges and mark-compacts
- * (docs/performance.md, dc422ee in its index: GC at 14–18 % of the responder's time on 1 MiB SOURCE). Reusing
- * the same few backing stores removes all three. From 4 KiB: below that `Buffer.allocUnsafe` carves
+ * (docs/performance.md, dc422ee in its index: GC at 14–18 % of the responder's time on 1 MiB SOURCE).
+ * Reusing the same few backing stores removes all three. From 4 KiB: below that `Buffer.allocUnsafe` carves
  * from Node's shared 8 KiB slab (`Buffer.poolSize`), at and above it every buffer is an `ArrayBuffer`
  * of its own (4 KiB ECHO records spent 3 % of the gateway in `createUnsafeBuffer`,
  * docs/performance-investigations.md).

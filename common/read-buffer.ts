@@ -3,8 +3,9 @@
  *
  * Why: Node allocates a new 64 KiB chunk for every read of a socket. On a busy gateway that is hundreds
  * of MB/s of short-lived external memory, and V8 answers it with scavenges and mark-compacts whose cost
- * grows with the heap (docs/performance.md, 3925660 in its index: after 64-client NULL traffic had grown the gateway's heap,
- * its garbage collector took 10 % of the time of a 1 MiB SINK and the gateway's CPU per MiB doubled).
+ * grows with the heap (docs/performance.md, 3925660 in its index: after 64-client NULL traffic had grown
+ * the gateway's heap, its garbage collector took 10 % of the time of a 1 MiB SINK and the gateway's CPU
+ * per MiB doubled).
  *
  * `net.Server` has no `onread` option (Node 20 and 24), so the accepted socket's handle is moved into a
  * `net.Socket` created with one: `handle` is the constructor option Node itself uses to adopt handles

@@ -412,7 +412,7 @@ export const ReplyHold = {
   CALLER: 0,
   /** Lent: the caller's again when `reply()` returns; copied wherever it is kept, never handed back. */
   LENT: 1,
-  /** The transport's own copy of a lent message (queued for a send buffer): sent from as it is, never handed back. */
+  /** The transport's own copy of a lent message (queued for a send buffer): sent as is, never handed back. */
   COPY: 2,
 } as const;
 export type ReplyHold = (typeof ReplyHold)[keyof typeof ReplyHold];
