@@ -87,7 +87,7 @@ import { type PropertyDisposition, PropertyExchange, type PropertyHost } from '.
 import { onCompletions } from './receive.js';
 import { ChunkRegistrar, type ChunkRegistration } from './registration.js';
 import { allocState, canSendCall, enqueue, freeState, pump, releaseRegs, sendCall } from './requester.js';
-import { endInbound, ReplyHold, releaseInboundSinks, sendReply } from './responder.js';
+import { endInbound, type PendingReply, ReplyHold, releaseInboundSinks, sendReply } from './responder.js';
 import { SendSignaling } from './send-signaling.js';
 import {
   type CallState,
@@ -318,13 +318,7 @@ export class RpcRdmaConnection {
   smallPosted = 0;
   onReceivesResized: (() => void) | null = null;
   readonly props: PropertyExchange;
-  readonly pendingReplies = new Fifo<{
-    inbound: InboundCallImpl;
-    message: Buffer;
-    items: readonly DdpItem[];
-    /** `ReplyHold.COPY` for the copy of a lent message, which is never reported to `onReplyReleased`. */
-    hold: ReplyHold;
-  }>(16);
+  readonly pendingReplies = new Fifo<PendingReply>(16);
 
   private constructor(
     role: 'client' | 'server',

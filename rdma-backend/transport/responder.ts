@@ -417,14 +417,18 @@ export const ReplyHold = {
 } as const;
 export type ReplyHold = (typeof ReplyHold)[keyof typeof ReplyHold];
 
+/** A reply waiting for a free send buffer (`RpcRdmaConnection.pendingReplies`). */
+export interface PendingReply {
+  inbound: InboundCallImpl;
+  message: Buffer;
+  items: readonly DdpItem[];
+  /** `ReplyHold.COPY` for the copy of a lent message, which is never reported to `onReplyReleased`. */
+  hold: ReplyHold;
+}
+
 export function flushPendingReplies(c: RpcRdmaConnection): void {
   while (c.pendingReplies.length > 0 && c.sendSlab.available > 0) {
-    const p = c.pendingReplies.shift() as {
-      inbound: InboundCallImpl;
-      message: Buffer;
-      items: readonly DdpItem[];
-      hold: ReplyHold;
-    };
+    const p = c.pendingReplies.shift() as PendingReply;
     sendReply(c, p.inbound, p.message, p.items, p.hold);
   }
 }
