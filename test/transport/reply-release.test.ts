@@ -191,3 +191,36 @@ test('a lent reply to a connection already closed is dropped, not released', asy
     await lb.close();
   }
 });
+
+test('a lent reply queued for a send buffer when the connection closes is dropped with the queue: not released, nothing sent from it', async (t) => {
+  const lb = await loopback();
+  try {
+    let queued = -1;
+    let taken: number[] = [];
+    lb.responder.override = (call, conn) => {
+      const m = call.message;
+      const xid = m.readUInt32BE(0);
+      const reply = encodeReply(xid, m.subarray(CALL_DATA, CALL_DATA + m.readUInt32BE(CALL_DATA - 4)));
+      taken = [];
+      while (conn.sendSlab.available > 0) taken.push(conn.sendSlab.acquire());
+      conn.reply(call, reply, [], true);
+      queued = conn.pendingReplies.length;
+      reply.fill(0xee);
+      return true;
+    };
+    lb.client.submit(TestCall.echo(5, pattern(20000, 5), false)); // would need the Reply chunk
+    for (let i = 0; i < 200 && queued < 0; i++) await new Promise((r) => setTimeout(r, 5));
+    t.is(queued, 1, 'the reply waited for a send buffer');
+    lb.server.close('test: closed with a reply queued');
+    for (const slot of taken) lb.server.sendSlab.release(slot);
+    const outs = await lb.collector.wait(1);
+    t.not(outs[0].error, undefined, 'the call fails on the client: its connection went away unanswered');
+    t.is(lb.server.pendingReplies.length, 0, 'the queue was dropped at the close');
+    await new Promise((r) => setTimeout(r, 50));
+    t.deepEqual(lb.responder.released, [], 'the queued copy is never released');
+    t.is(lb.server.snapshot().registrations.inUse, 0, 'nothing was registered for it');
+    t.is(lb.server.counters.handlerErrors, 0);
+  } finally {
+    await lb.close();
+  }
+});
