@@ -9,6 +9,11 @@ import type { RpcRdmaConnection, TransportLogger } from '../../rdma-backend/tran
 import { flushPendingReplies } from '../../rdma-backend/transport/responder.js';
 import { CALL_DATA, encodeReply, loopback, pattern, replyData, sourceCall, TestCall } from './loopback.js';
 
+/** The test program's ECHO reply to the ECHO call `m`: its data back, under its XID. */
+function echoReplyTo(m: Buffer): Buffer {
+  return encodeReply(m.readUInt32BE(0), m.subarray(CALL_DATA, CALL_DATA + m.readUInt32BE(CALL_DATA - 4)));
+}
+
 test('every reply message is released exactly once, the same buffer, whether inline, in Write chunks or in the Reply chunk', async (t) => {
   const lb = await loopback();
   try {
@@ -134,9 +139,8 @@ test('a lent reply is never released, and overwriting it once reply() returns ch
   try {
     const queued: number[] = [];
     lb.responder.override = (call, conn) => {
-      const m = call.message;
-      const xid = m.readUInt32BE(0);
-      const reply = encodeReply(xid, m.subarray(CALL_DATA, CALL_DATA + m.readUInt32BE(CALL_DATA - 4)));
+      const xid = call.message.readUInt32BE(0);
+      const reply = echoReplyTo(call.message);
       lb.responder.replied.push(reply);
       if (xid === 2 || xid === 4) {
         // Every send buffer taken: the reply has to wait for one.
@@ -198,9 +202,7 @@ test('a lent reply queued for a send buffer when the connection closes is droppe
     let queued = -1;
     let taken: number[] = [];
     lb.responder.override = (call, conn) => {
-      const m = call.message;
-      const xid = m.readUInt32BE(0);
-      const reply = encodeReply(xid, m.subarray(CALL_DATA, CALL_DATA + m.readUInt32BE(CALL_DATA - 4)));
+      const reply = echoReplyTo(call.message);
       taken = [];
       while (conn.sendSlab.available > 0) taken.push(conn.sendSlab.acquire());
       conn.reply(call, reply, [], true);
