@@ -66,7 +66,9 @@ function count(calls: number): Map<string, number> {
       String(calls),
       ...positionals,
     ],
-    { encoding: 'utf8', maxBuffer: 64 << 20 },
+    // In the work directory: `--perf-basic-prof` also makes V8 write an `isolate-*-v8.log` into the
+    // current directory, which would otherwise pile up in the caller's (the project's root).
+    { encoding: 'utf8', maxBuffer: 64 << 20, cwd: work },
   );
   // valgrind runs node in its own process: the map is named after valgrind's pid.
   const map = `/tmp/perf-${run.pid}.map`;

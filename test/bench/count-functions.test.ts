@@ -7,6 +7,9 @@
  * runs of Node under valgrind hold a core for about a minute and a half.
  */
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { testWithPeers } from '../helpers/peers.js';
 
@@ -24,12 +27,17 @@ interface Counted {
 const projectFunction = (dir: string) => new RegExp(`^\\S+ ${dir}/[\\w/-]+\\.js:\\d+:\\d+$`);
 
 test('counts the chain by function: the NULL path of every layer named, largest first', (t) => {
+  // Run from an empty directory: the tool must leave nothing in its caller's (V8's per-isolate logs).
+  const caller = mkdtempSync(join(tmpdir(), 'count-functions-caller-'));
+  t.teardown(() => rmSync(caller, { recursive: true, force: true }));
   const r = spawnSync(process.execPath, [script, '--top', '1000', '--json', '--calls', '300,900'], {
     encoding: 'utf8',
     timeout: 280_000,
     maxBuffer: 16 << 20,
+    cwd: caller,
   });
   t.is(r.status, 0, r.stderr.slice(-2000));
+  t.deepEqual(readdirSync(caller), [], 'files left in the directory count-functions was run from');
   const out = JSON.parse(r.stdout) as Counted;
   t.is(out.loop, 'chain-loop');
   t.deepEqual(out.calls, [300, 900]);
