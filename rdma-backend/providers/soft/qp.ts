@@ -566,7 +566,11 @@ export class SoftQp implements QueuePair {
     // A released QP dropped its socket (`release`): its completions go nowhere, so `taken` is moot then.
     const socket = this.socket;
     const taken = !err && !(this.dead && (socket === undefined || socket.destroyed));
-    for (let p = this.sqFlushed; p < end; p++) {
+    // Positions below `sqHead` were reported already, and their entries recycled: a Read completes on its
+    // last Read Response (RFC 5040 §4.5), which may arrive before the socket lets go of the batch that
+    // carried its Read Request. Its entry (`sqFree`) and its ring slot (`sqTail` wrapping around) may
+    // hold a later WR by now, whose bytes are in a batch still held: only [sqHead, end) are this batch's.
+    for (let p = Math.max(this.sqFlushed, this.sqHead); p < end; p++) {
       const e = this.sq[p % this.sq.length];
       if (e.state === ST_SENT && e.opcode !== WrOpcode.RDMA_READ) {
         e.state = ST_DONE;
@@ -602,7 +606,8 @@ export class SoftQp implements QueuePair {
         cq.commit(e.status !== WcStatus.SUCCESS);
       }
       this.sqHead++;
-      // Nothing reads a ring slot outside [sqHead, sqTail): the stale reference there is harmless.
+      // Nothing reads a ring slot outside [sqHead, sqTail) (`written` included): the stale reference there
+      // is harmless, and the entry may serve the next post at once.
       this.sqFree.push(e);
     }
   }
