@@ -31,6 +31,7 @@
  * are reused; per-call state lives in pooled records indexed by the work request id.
  */
 
+import { GatewayError } from '../../common/errors.js';
 import { U32Map } from '../../common/u32-map.js';
 import { XdrWriter } from '../../rpc/xdr.js';
 import {
@@ -201,6 +202,7 @@ export class RpcRdmaConnection {
     bytesSent: 0,
     bytesReceived: 0,
     handlerErrors: 0,
+    resourceFailures: 0,
   };
   /** RPC-over-RDMA error messages by code name; rare, so plain objects keyed by constant strings. */
   readonly errorsByCode: { sent: Record<string, number>; received: Record<string, number> } = {
@@ -717,6 +719,33 @@ export class RpcRdmaConnection {
     );
   }
 
+  /**
+   * A local resource failed for one call we serve (`step`: what was being done; `e`: the device's error,
+   * e.g. VERBS_RESOURCE_LIMIT for an MR limit or locked memory): the caller answers that call with an
+   * error and the connection goes on. Logged (within the process-wide budget) and counted.
+   */
+  resourceFailed(step: string, e: unknown, details: Record<string, unknown>): void {
+    this.counters.resourceFailures++;
+    if (!this.mayLog()) return;
+    const err =
+      e instanceof GatewayError
+        ? e.toLog()
+        : e instanceof Error
+          ? { type: e.name, message: e.message }
+          : { message: String(e) };
+    this.log.warn(
+      {
+        code: 'ERR_TRANSPORT_LOCAL_RESOURCE',
+        step,
+        connection: this.id,
+        peer: this.peerKey,
+        ...details,
+        err,
+      },
+      `transport: ${step} failed (${String(err.message)}): the call is refused, the connection goes on`,
+    );
+  }
+
   reportFailed(call: TransportCall, err: TransportError): void {
     try {
       this.requester.onFailed(call, err);
@@ -793,7 +822,8 @@ export class RpcRdmaConnection {
    * Answers an inbound call. `ddpItems` are the DDP-eligible results within `message` (offset of the data
    * after the length word, length without pad), in order: item i goes to Write chunk i when the requester
    * offered one (RFC 8166 §3.5.2); the rest stays inline. A reply too large for the requester's resources
-   * is answered with RDMA2_ERR_WRITE_RESOURCE / REPLY_RESOURCE (Version 1: ERR_CHUNK).
+   * is answered with RDMA2_ERR_WRITE_RESOURCE / REPLY_RESOURCE (Version 1: ERR_CHUNK), and one whose
+   * memory the device will not register with RDMA2_ERR_SYSTEM (`resourceFailures`): neither throws.
    *
    * `lent`: `message` is valid only until this returns (a view of the caller's read buffer). The transport
    * copies it where it would keep it longer (queued for a free send buffer, or registered as the source

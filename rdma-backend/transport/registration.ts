@@ -134,14 +134,11 @@ export class ChunkRegistrar {
   /** Registers caller memory as a Read chunk source (REMOTE_READ) for one call. */
   registerSource(bytes: Buffer): ChunkRegistration {
     if (!this.pd.device.canRegister(bytes)) return this.bounce(PoolKind.Source, bytes);
+    // Counted once made: a registration the device refuses (its MR limit, locked memory) holds nothing.
+    const mr = this.pd.registerMemory(bytes, Access.REMOTE_READ);
     this.registrations++;
     this.inUse++;
-    return {
-      mr: this.pd.registerMemory(bytes, Access.REMOTE_READ),
-      sizeClass: -1,
-      kind: PoolKind.Source,
-      remotelyInvalidated: false,
-    };
+    return { mr, sizeClass: -1, kind: PoolKind.Source, remotelyInvalidated: false };
   }
 
   /**
@@ -154,27 +151,21 @@ export class ChunkRegistrar {
    */
   registerPlacement(bytes: Buffer): ChunkRegistration | null {
     if (bytes.length === 0 || !this.pd.device.canRegister(bytes)) return null;
+    // Counted once made: a registration the device refuses (its MR limit, locked memory) holds nothing.
+    const mr = this.pd.registerMemory(bytes, POOL_ACCESS[PoolKind.Target]);
     this.registrations++;
     this.inUse++;
-    return {
-      mr: this.pd.registerMemory(bytes, POOL_ACCESS[PoolKind.Target]),
-      sizeClass: -1,
-      kind: PoolKind.Target,
-      remotelyInvalidated: false,
-    };
+    return { mr, sizeClass: -1, kind: PoolKind.Target, remotelyInvalidated: false };
   }
 
   /** Registers local bytes as the source of RDMA Writes (no remote access at all). */
   registerLocal(bytes: Buffer): ChunkRegistration {
     if (!this.pd.device.canRegister(bytes)) return this.bounce(PoolKind.Local, bytes);
+    // Counted once made: a registration the device refuses (its MR limit, locked memory) holds nothing.
+    const mr = this.pd.registerMemory(bytes, 0);
     this.registrations++;
     this.inUse++;
-    return {
-      mr: this.pd.registerMemory(bytes, 0),
-      sizeClass: -1,
-      kind: PoolKind.Local,
-      remotelyInvalidated: false,
-    };
+    return { mr, sizeClass: -1, kind: PoolKind.Local, remotelyInvalidated: false };
   }
 
   /**

@@ -22,6 +22,7 @@ import {
   type RdmaSegmentInput,
   type ReadSegmentInput,
   RPCRDMA2_F_RESPONSE,
+  rpcRdmaErrorName,
 } from '../protocol/index.js';
 import { type MemoryRegion, SendFlags, WcFlags, type WorkCompletion, WrOpcode } from '../verbs/index.js';
 import type { RpcRdmaConnection } from './connection.js';
@@ -228,15 +229,28 @@ export function onInboundCall(
   const ats = ib.ats;
   truncate(ats);
   for (let ci = 0; ci < ATS.length; ci++) ats.push(ATS[ci]);
-  for (let ci = 0; ci < positions.length; ci++) {
-    let sink: ChunkRegistration | null = null;
-    if (placed !== null) {
-      ib.windows.push(WINDOWS[ci]);
-      sink = c.registrar.registerPlacement(WINDOWS[ci]);
+  // Every sink is registered before a single Read is queued: a registration the device refuses (its MR
+  // limit, locked memory) then costs only this call, refused with nothing of it left in `readJobs`.
+  try {
+    for (let ci = 0; ci < positions.length; ci++) {
+      let sink: ChunkRegistration | null = null;
+      if (placed !== null) {
+        ib.windows.push(WINDOWS[ci]);
+        sink = c.registrar.registerPlacement(WINDOWS[ci]);
+      }
+      // A window the device would not register: a pooled sink, copied into the window on delivery.
+      if (sink === null) sink = c.registrar.acquireTarget(lengths[ci]);
+      ib.sinks.push(sink);
     }
-    // A window the device would not register: a pooled sink, copied into the window on delivery.
-    if (sink === null) sink = c.registrar.acquireTarget(lengths[ci]);
-    ib.sinks.push(sink);
+  } catch (e) {
+    truncate(WINDOWS);
+    releaseInboundSinks(c, ib);
+    endInbound(c, ib);
+    refuseForResources(c, xid, version, 'Read chunk sink registration', e);
+    return;
+  }
+  truncate(WINDOWS);
+  for (let ci = 0; ci < positions.length; ci++) {
     let off = 0;
     for (const seg of segments[ci]) {
       if (seg.length === 0) continue;
@@ -245,9 +259,21 @@ export function onInboundCall(
       off += seg.length;
     }
   }
-  truncate(WINDOWS);
   if (ib.readsPending === 0) deliverInbound(c, ib);
   else pumpReads(c);
+}
+
+/**
+ * A call we serve that a local resource failed (a memory registration the device refused: its MR limit,
+ * locked memory on a native device) is answered RDMA2_ERR_SYSTEM (Version 1: ERR_CHUNK), as a handler
+ * that throws is (`deliverInbound`): the requester is not left waiting for an answer that never comes
+ * with its credit (RFC 8166 §3.3.1), and the connection and its other calls go on. Logged and counted
+ * (`resourceFailures`); what the call held is released by the caller first.
+ */
+function refuseForResources(c: RpcRdmaConnection, xid: number, version: 1 | 2, step: string, e: unknown) {
+  const code = errorFor(version, RDMA2_ERR_SYSTEM);
+  c.resourceFailed(step, e, { xid, version, answered: rpcRdmaErrorName(version, code) });
+  sendError(c, xid, version, { code });
 }
 
 /** Scratch for `layOutCall`'s windows while one call is taken in (synchronous). */
@@ -514,14 +540,46 @@ export function sendReply(
   }
   const needSrc = srcMr === null && (plan.moved > 0 || (plan.mode === 'reply-chunk' && !rprc));
   let src: ChunkRegistration | null = null;
-  if (needSrc) {
-    // The RDMA Writes read the source after we return: a lent message is the caller's only until then
-    // (a queued one is already the transport's copy).
-    if (hold === ReplyHold.LENT) message = Buffer.from(message);
-    src = c.registrar.registerLocal(message);
-    regs = [src];
-    srcMr = src.mr;
-    for (const it of moved) srcAt.push(it.offset);
+  /** What the Reply chunk's Writes read (a Long Reply), or what the requester pulls (`rprc`). */
+  let body: ChunkRegistration | null = null;
+  const caller = message;
+  // Every registration is made before a single RDMA Write is posted: one the device refuses (its MR
+  // limit, locked memory) then leaves nothing posted that reads what is released here.
+  try {
+    if (needSrc) {
+      // The RDMA Writes read the source after we return: a lent message is the caller's only until then
+      // (a queued one is already the transport's copy).
+      if (hold === ReplyHold.LENT) message = Buffer.from(message);
+      src = c.registrar.registerLocal(message);
+      srcMr = src.mr;
+      for (const it of moved) srcAt.push(it.offset);
+    }
+    if (rprc) {
+      // A private copy: it stays exposed until the requester's DONE, longer than the caller's buffer.
+      const exposed = Buffer.allocUnsafe(plan.reducedLength);
+      copyReduced(message, moved, exposed, 0);
+      body = c.registrar.registerSource(exposed);
+    } else if (plan.mode === 'reply-chunk' && ib.replyChunk) {
+      body = src;
+      if (plan.moved > 0) {
+        const reduced = Buffer.allocUnsafe(plan.reducedLength);
+        copyReduced(message, moved, reduced, 0);
+        body = c.registrar.registerLocal(reduced);
+      }
+    }
+  } catch (e) {
+    // Nothing was posted or exposed: what was taken goes back at once, and the call is refused.
+    if (src !== null) c.registrar.release(src);
+    if (stage >= 0) c.sendSlab.release(stage);
+    c.sendSlab.release(slot);
+    refuseForResources(c, ib.xid, version, rprc ? 'exposing the reply' : 'reply source registration', e);
+    if (hold === ReplyHold.CALLER) c.replyReleased(caller);
+    return;
+  }
+  if (src !== null) regs = [src];
+  if (body !== null && body !== src && !rprc) {
+    if (regs === null) regs = [body];
+    else regs.push(body);
   }
   // Write chunks: the data of each moved item, spread over the chunk's segments; unused chunks and
   // segments are returned with length 0 (RFC 8166 §3.5.2).
@@ -557,36 +615,26 @@ export function sendReply(
   let replyOut: RdmaSegmentInput[] | null = null;
   let readsOut: ReadSegmentInput[] | undefined;
   if (rprc) {
-    // A private copy: it stays exposed until the requester's DONE, longer than the caller's buffer.
-    const body = Buffer.allocUnsafe(plan.reducedLength);
-    copyReduced(message, moved, body, 0);
-    const reg = c.registrar.registerSource(body);
+    const reg = body as ChunkRegistration;
     // A retransmission replaces what the first reply exposed (through the registrar, so the gauge and
     // any pooled copy are accounted for).
     const earlier = c.rprcPending.get(ib.xid);
     if (earlier !== undefined) c.registrar.release(earlier);
     c.rprcPending.set(ib.xid, reg);
-    readsOut = [{ position: 0, handle: reg.mr.rkey, length: body.length, offset: reg.mr.iova }];
+    readsOut = [{ position: 0, handle: reg.mr.rkey, length: plan.reducedLength, offset: reg.mr.iova }];
     if (ib.replyChunk)
       replyOut = ib.replyChunk.map((s) => ({ handle: s.handle, length: 0, offset: s.offset }));
     c.counters.rprcReplies++;
   } else if (plan.mode === 'reply-chunk' && ib.replyChunk) {
     // The reduced reply goes into the Reply chunk (Long Reply, RFC 8166 §3.5.4).
-    let body = src as ChunkRegistration;
-    if (plan.moved > 0) {
-      const reduced = Buffer.allocUnsafe(plan.reducedLength);
-      copyReduced(message, moved, reduced, 0);
-      body = c.registrar.registerLocal(reduced);
-      if (regs === null) regs = [body];
-      else regs.push(body);
-    }
+    const from = (body as ChunkRegistration).mr;
     const segs = ib.replyChunk;
     replyOut = segs.map((s) => ({ handle: s.handle, length: 0, offset: s.offset }));
     for (const sp of scatter(
       plan.reducedLength,
       segs.map((s) => s.length),
     ) ?? []) {
-      postWrite(c, body.mr, sp.srcOffset, sp.length, segs[sp.segment], sp.segOffset);
+      postWrite(c, from, sp.srcOffset, sp.length, segs[sp.segment], sp.segOffset);
       replyOut[sp.segment].length = sp.length;
     }
     c.counters.longReplies++;

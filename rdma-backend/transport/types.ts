@@ -191,4 +191,9 @@ export interface ConnectionCounters {
   sendsUnsignaled: number;
   /** User handlers (onCall, onReply, onFailed, onAbandoned, locateResult, onClose, onReady) that threw. */
   handlerErrors: number;
+  /**
+   * Calls we serve answered with RDMA2_ERR_SYSTEM (Version 1: ERR_CHUNK) because a local resource failed
+   * for them: a memory registration the device refused (its MR limit, locked memory).
+   */
+  resourceFailures: number;
 }

@@ -207,12 +207,14 @@ export interface LoopbackOptions {
   peerKey?: string;
   /** Options of both soft devices (e.g. `ownedMemoryOnly` for the native provider's memory rules). */
   provider?: SoftProviderOptions;
+  /** Options of the server's soft device only, in place of `provider` (e.g. a low `caps.maxMr`). */
+  serverProvider?: SoftProviderOptions;
 }
 
 let keySeq = 0;
 
 export async function loopback(o: LoopbackOptions = {}): Promise<Loopback> {
-  const serverDevice = await createSoftProvider(o.provider).openDevice();
+  const serverDevice = await createSoftProvider(o.serverProvider ?? o.provider).openDevice();
   const clientDevice = await createSoftProvider(o.provider).openDevice();
   const responder = new EchoResponder();
   let server: RpcRdmaConnection | null = null;
