@@ -72,19 +72,15 @@ for (const maxSendWr of [8, 2]) {
       { maxQpWr: 64, maxSge: 4 },
     );
     const socket = new HeldSocket();
-    qp.start(
-      socket as unknown as Socket,
-      {
-        crc: false,
-        mulpdu: 65504,
-        ord: 4,
-        ird: 4,
-        waitForPeerFirst: false,
-        sendRtr: Rtr.NONE,
-        expectRtr: Rtr.NONE,
-      },
-      undefined,
-    );
+    qp.start(socket as unknown as Socket, {
+      crc: false,
+      mulpdu: 65504,
+      ord: 4,
+      ird: 4,
+      waitForPeerFirst: false,
+      sendRtr: Rtr.NONE,
+      expectRtr: Rtr.NONE,
+    });
     const S = SendFlags.SIGNALED;
     qp.postSend({
       wrId: 1,

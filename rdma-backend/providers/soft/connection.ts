@@ -296,7 +296,7 @@ export class SoftConnection implements Connection, QpOwner {
       // As Linux siw does, the responder is told why with a Terminate (MPA 2/0/7); the QP frames it and
       // closes the stream, and `onStreamDead` turns that into this connect's CONNECT_ERROR.
       const words = reply.enhanced as { irdWord: number; ordWord: number };
-      this.qp.start(this.socket as net.Socket, params, undefined);
+      this.qp.start(this.socket as net.Socket, params);
       this.qp.fatal(
         Term.MPA_NO_MATCHING_RTR,
         true,
@@ -309,9 +309,24 @@ export class SoftConnection implements Connection, QpOwner {
       );
       return;
     }
+    this.establish(this.socket as net.Socket, params, leftover, reply.privateData);
+  }
+
+  /**
+   * The MPA exchange is done: the QP takes the stream, ESTABLISHED is queued, and only then are the bytes
+   * that came after the MPA frame parsed, as FPDUs. A peer that sent them broke RFC 5044 §7.1.2 (the
+   * initiator sends no FPDU before the reply, the responder none before the initiator's first); whatever
+   * they cause, a Terminate and DISCONNECTED included, reaches the consumer after ESTABLISHED, never
+   * before it, as with librdmacm (no DISCONNECTED for a connection that never was ESTABLISHED). Linux siw
+   * refuses such bytes when they are there with the MPA frame (siw_recv_mpa_rr: "peer sent extra data",
+   * -EPROTO) but parses those that come a moment later with its QP: we do the latter whatever the timing.
+   */
+  private establish(socket: net.Socket, params: StreamParams, leftover: Buffer, privateData: Buffer): void {
     this.phase = 'up';
-    this.qp.start(this.socket as net.Socket, params, leftover);
-    this.emit({ type: CmEventType.ESTABLISHED, privateData: reply.privateData });
+    this.qp.start(socket, params);
+    this.emit({ type: CmEventType.ESTABLISHED, privateData });
+    // After the emit: events are delivered in the order they are queued (`deliver`).
+    if (leftover.length > 0) this.qp.onData(leftover);
   }
 
   private failConnect(type: CmEventType, error: Error): void {
@@ -411,12 +426,11 @@ export class SoftConnection implements Connection, QpOwner {
     const socket = this.socket as net.Socket;
     socket.setNoDelay(true);
     socket.write(reply);
-    this.phase = 'up';
     const leftover = this.hs;
     this.hs = Buffer.alloc(0);
     // RFC 5044 §7.1.2: the responder sends no FPDU before the initiator's first one arrived; in
     // peer-to-peer mode that one must be the RTR the reply chose (RFC 6581 §5), or the stream ends.
-    this.qp.start(
+    this.establish(
       socket,
       {
         crc,
@@ -428,8 +442,8 @@ export class SoftConnection implements Connection, QpOwner {
         expectRtr: rtr,
       },
       leftover,
+      req.privateData,
     );
-    this.emit({ type: CmEventType.ESTABLISHED, privateData: req.privateData });
   }
 
   /** Passive side: rdma_reject. */

@@ -422,8 +422,12 @@ export class SoftQp implements QueuePair {
 
   // ---------------------------------------------------------------- stream start / stop
 
-  /** Hands over the socket after MPA setup; `leftover` are bytes that followed the MPA frame. */
-  start(socket: Socket, params: StreamParams, leftover: Buffer | undefined): void {
+  /**
+   * Hands over the socket after MPA setup. Bytes that followed the MPA frame are not taken here: the
+   * connection feeds them to `onData` once it has queued ESTABLISHED, so that whatever they cause (a
+   * Terminate and DISCONNECTED) reaches the consumer after it (see `SoftConnection.establish`).
+   */
+  start(socket: Socket, params: StreamParams): void {
     this.socket = socket;
     this.params = params;
     this.framer = new TxFramer(params.crc);
@@ -432,7 +436,6 @@ export class SoftQp implements QueuePair {
     this.canTransmit = !params.waitForPeerFirst;
     if (params.sendRtr === Rtr.WRITE) this.emitZeroLengthWrite();
     else if (params.sendRtr === Rtr.READ) this.emitRtrRead();
-    if (leftover && leftover.length > 0) this.onData(leftover);
     this.schedulePump();
   }
 
