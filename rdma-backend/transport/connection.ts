@@ -64,7 +64,7 @@ import {
   WrOpcode,
 } from '../verbs/index.js';
 import { BufferSlab } from './buffers.js';
-import { nextControlXid, sendConnProp, sendControl, sendError } from './control.js';
+import { nextControlXid, type PendingError, sendConnProp, sendControl, sendError } from './control.js';
 import { CreditWindow, Fifo } from './credits.js';
 import { connectionLost, TransportError } from './errors.js';
 import { TRANSPORT_LOG_BUDGET } from './log-budget.js';
@@ -320,7 +320,10 @@ export class RpcRdmaConnection {
   smallPosted = 0;
   onReceivesResized: (() => void) | null = null;
   readonly props: PropertyExchange;
+  /** Replies waiting for a send buffer outside the control reserve (`reply`, `flushPendingReplies`). */
   readonly pendingReplies = new Fifo<PendingReply>(16);
+  /** Error answers waiting for any free send buffer (`sendError`): never dropped for want of one. */
+  readonly pendingErrors = new Fifo<PendingError>(8);
 
   private constructor(
     role: 'client' | 'server',
@@ -837,7 +840,9 @@ export class RpcRdmaConnection {
       if (!lent) this.replyReleased(message); // the requester retransmits on a new connection
       return;
     }
-    if (this.sendSlab.available === 0) {
+    if (this.sendSlab.available <= CONTROL_SEND_SLOTS) {
+      // Replies leave the control reserve to what must never wait behind them: error answers (a refused
+      // call is owed its answer as much as a served one, RFC 8166 §3.3.1), CONNPROP, DONE.
       // A lent message is copied to wait; the copy is the transport's own (sent from as it is, a Reply
       // chunk's Writes included), never reported either.
       this.pendingReplies.push({
@@ -990,6 +995,7 @@ export class RpcRdmaConnection {
       this.sendMessages[s] = null; // the socket may still hold views of it: left to the GC
     }
     this.pendingReplies.drain();
+    this.pendingErrors.drain();
     for (const reg of this.rprcPending.values()) this.registrar.release(reg);
     this.rprcPending.clear();
     this.credits.reset();
@@ -1097,7 +1103,7 @@ export class RpcRdmaConnection {
 
   /**
    * Whether closing now would cut short something under way in either direction: calls of ours in flight
-   * or queued, inbound calls whose Read chunks are being pulled, replies waiting for a send slot, replies
+   * or queued, inbound calls whose Read chunks are being pulled, answers waiting for a send slot, replies
    * exposed in responder-provided Read chunks until the requester's RDMA2_DONE. (An idle reaper asks.)
    */
   get workInFlight(): boolean {
@@ -1106,6 +1112,7 @@ export class RpcRdmaConnection {
       this.queue.length > 0 ||
       this.inboundActive > 0 ||
       this.pendingReplies.length > 0 ||
+      this.pendingErrors.length > 0 ||
       this.rprcPending.size > 0
     );
   }

@@ -22,6 +22,12 @@ import {
 import { WrOpcode } from '../verbs/index.js';
 import type { RpcRdmaConnection } from './connection.js';
 
+/** Sends an error answer that waited for a send buffer (`PendingError`). */
+export function sendPendingError(c: RpcRdmaConnection, e: PendingError): void {
+  if (e.vers) sendVersError(c, e.xid, e.version, e.body.versLow ?? 1, e.body.versHigh ?? 1);
+  else sendError(c, e.xid, e.version, e.body, e.detail);
+}
+
 /** Sends a message that carries no RPC (it lands in one of the peer's reserve Receives). */
 export function sendControl(c: RpcRdmaConnection, h: RpcRdmaHeaderInput): boolean {
   // The credit word means a grant when F_RESPONSE is set, a request otherwise (seed 004 §3.2).
@@ -67,6 +73,8 @@ export function sendVersError(
   low: number,
   high: number,
 ): void {
+  const body = { code: ERR_VERS, versLow: low, versHigh: high };
+  if (queuedForSlot(c, xid, theirVersion, body, undefined, true)) return;
   const slot = headerSlot(c);
   if (slot < 0) return;
   encodeVersError(c.w, xid, theirVersion, c.grant, low, high);
@@ -101,6 +109,37 @@ function countSent(
   );
 }
 
+/** An error answer waiting for a free send buffer (`RpcRdmaConnection.pendingErrors`). */
+export interface PendingError {
+  xid: number;
+  /** The version the answer is sent in: for ERR_VERS, the peer's own (`sendVersError`). */
+  version: number;
+  body: RpcRdmaErrorBody;
+  detail: RefusalDetail | undefined;
+  /** ERR_VERS in the Version 1 layout (`sendVersError`), not an error of `version`'s own layout. */
+  vers: boolean;
+}
+
+/**
+ * Whether an error answer must wait for a send buffer: none is free on a connection still up. It waits in
+ * `pendingErrors` (sent by `flushPendingReplies` at the next Send completion) instead of being dropped:
+ * the message it answers took a credit, and the requester waits for an answer to every call it sent
+ * (RFC 8166 §3.3.1) — a refusal lost under a backlog of replies would leave the call hanging, its credit
+ * with it.
+ */
+function queuedForSlot(
+  c: RpcRdmaConnection,
+  xid: number,
+  version: number,
+  body: RpcRdmaErrorBody,
+  detail: RefusalDetail | undefined,
+  vers = false,
+): boolean {
+  if (c.state === 'closed' || c.sendSlab.available > 0) return false;
+  c.pendingErrors.push({ xid, version, body, detail, vers });
+  return true;
+}
+
 export function sendError(
   c: RpcRdmaConnection,
   xid: number,
@@ -108,6 +147,7 @@ export function sendError(
   body: RpcRdmaErrorBody,
   detail?: RefusalDetail,
 ): void {
+  if (queuedForSlot(c, xid, version, body, detail)) return;
   // An error answers a message of the peer's: the credit word is our grant, F_RESPONSE is set.
   const sent =
     version === 1

@@ -26,7 +26,7 @@ import {
 } from '../protocol/index.js';
 import { type MemoryRegion, SendFlags, WcFlags, type WorkCompletion, WrOpcode } from '../verbs/index.js';
 import type { RpcRdmaConnection } from './connection.js';
-import { sendError } from './control.js';
+import { type PendingError, sendError, sendPendingError } from './control.js';
 import {
   copyOf,
   copyReduced,
@@ -452,8 +452,15 @@ export interface PendingReply {
   hold: ReplyHold;
 }
 
+/**
+ * Sends what waited for a send buffer: error answers first, in any free buffer (the control reserve is
+ * theirs too), then replies while buffers outside the reserve are free (`RpcRdmaConnection.reply`).
+ */
 export function flushPendingReplies(c: RpcRdmaConnection): void {
-  while (c.pendingReplies.length > 0 && c.sendSlab.available > 0) {
+  while (c.pendingErrors.length > 0 && c.sendSlab.available > 0) {
+    sendPendingError(c, c.pendingErrors.shift() as PendingError);
+  }
+  while (c.pendingReplies.length > 0 && c.sendSlab.available > CONTROL_SEND_SLOTS) {
     const p = c.pendingReplies.shift() as PendingReply;
     sendReply(c, p.inbound, p.message, p.items, p.hold);
   }

@@ -1,0 +1,100 @@
+/**
+ * Every call is answered (RFC 8166 §3.3.1), a refusal as much as a reply: an error answer that finds no
+ * send buffer free waits for one, as a reply does, instead of being dropped (its call would hang with its
+ * credit). And replies leave the control reserve (CONTROL_SEND_SLOTS) to error answers and control
+ * messages: a backlog of replies never takes the buffers a refusal needs.
+ */
+import test from 'ava';
+import type { RpcRdmaConnection } from '../../rdma-backend/transport/index.js';
+import { CONTROL_SEND_SLOTS } from '../../rdma-backend/transport/options.js';
+import { flushPendingReplies } from '../../rdma-backend/transport/responder.js';
+import { type Loopback, loopback, pattern, replyData, TestCall } from './loopback.js';
+
+/** Takes send buffers until `left` are free; returns them for `giveBack`. */
+function takeSlots(conn: RpcRdmaConnection, left: number): number[] {
+  const taken: number[] = [];
+  while (conn.sendSlab.available > left) taken.push(conn.sendSlab.acquire());
+  return taken;
+}
+
+/** Gives the buffers back and sends what waited, as the next Send completion would. */
+function giveBack(conn: RpcRdmaConnection, taken: number[]): void {
+  for (const slot of taken) conn.sendSlab.release(slot);
+  flushPendingReplies(conn);
+}
+
+async function held(lb: Loopback, n: number): Promise<void> {
+  for (let i = 0; i < 400 && lb.responder.held.length < n; i++) await new Promise((r) => setTimeout(r, 5));
+  if (lb.responder.held.length < n) throw new Error(`${lb.responder.held.length} of ${n} calls held`);
+}
+
+test('replyError with every send buffer taken: the refusal waits for one and is sent, not dropped', async (t) => {
+  const lb = await loopback();
+  lb.responder.hold = true;
+  try {
+    lb.client.submit(TestCall.echo(3, pattern(10, 3), false));
+    await held(lb, 1);
+    const taken = takeSlots(lb.server, 0);
+    lb.server.replyError(lb.responder.held[0], { code: 9 });
+    t.is(lb.server.counters.droppedMessages, 0, 'the refusal is not dropped');
+    t.is(lb.server.pendingErrors.length, 1);
+    t.true(lb.server.workInFlight, 'an answer owed is work under way');
+    giveBack(lb.server, taken);
+    const [o] = await lb.collector.wait(1);
+    t.is(o.error?.code, 'ERR_TRANSPORT_PEER_SYSTEM');
+    t.is(lb.server.pendingErrors.length, 0);
+    t.is(lb.client.credits.outstanding, 0, "the call's credit came back");
+  } finally {
+    await lb.close();
+  }
+});
+
+test('a call refused on arrival while every send buffer is taken gets its refusal once one is free', async (t) => {
+  const lb = await loopback({ server: { maxChunkSize: 8192 } });
+  try {
+    lb.client.submit(TestCall.echo(1, pattern(10, 1), false));
+    await lb.collector.wait(1);
+    const taken = takeSlots(lb.server, 0);
+    // A Read chunk larger than the server takes: refused before any RDMA Read (RDMA2_ERR_SYSTEM).
+    lb.client.submit(TestCall.echo(4, pattern(10000, 4)));
+    for (let i = 0; i < 400 && lb.server.counters.callsReceived < 2; i++)
+      await new Promise((r) => setTimeout(r, 5));
+    t.is(lb.server.counters.callsReceived, 2);
+    t.is(lb.server.counters.droppedMessages, 0, 'the refusal is not dropped');
+    t.is(lb.server.pendingErrors.length, 1);
+    giveBack(lb.server, taken);
+    const outs = await lb.collector.wait(2);
+    t.is(outs[1].error?.code, 'ERR_TRANSPORT_PEER_SYSTEM');
+    t.deepEqual(lb.server.snapshot().errors.sent, { RDMA2_ERR_SYSTEM: 1 });
+  } finally {
+    await lb.close();
+  }
+});
+
+test('a reply waits rather than take the control reserve, which a refusal then still finds', async (t) => {
+  const lb = await loopback();
+  lb.responder.hold = true;
+  try {
+    lb.client.submit(TestCall.echo(5, pattern(10, 5), false));
+    lb.client.submit(TestCall.echo(6, pattern(10, 6), false));
+    await held(lb, 2);
+    const [toReply, toRefuse] = lb.responder.held;
+    const taken = takeSlots(lb.server, CONTROL_SEND_SLOTS);
+    lb.responder.answer(toReply);
+    t.is(lb.server.pendingReplies.length, 1, 'the reply waits for a buffer outside the reserve');
+    t.is(lb.server.sendSlab.available, CONTROL_SEND_SLOTS);
+    lb.server.replyError(toRefuse, { code: 9 });
+    t.is(lb.server.pendingErrors.length, 0, 'the refusal went out at once, from the reserve');
+    t.is(lb.server.counters.errorsSent, 1);
+    const [refused] = await lb.collector.wait(1);
+    t.is(refused.call.xid, 6);
+    t.is(refused.error?.code, 'ERR_TRANSPORT_PEER_SYSTEM');
+    giveBack(lb.server, taken);
+    const outs = await lb.collector.wait(2);
+    t.is(outs[1].call.xid, 5);
+    t.deepEqual(replyData(outs[1].reply as Buffer), pattern(10, 5));
+    t.is(lb.server.pendingReplies.length, 0);
+  } finally {
+    await lb.close();
+  }
+});
