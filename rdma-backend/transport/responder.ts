@@ -5,6 +5,7 @@
  */
 
 import { truncate } from '../../common/arrays.js';
+import { getU32BE } from '../../common/bytes.js';
 import {
   chunkHeaderBound,
   ERR_CHUNK,
@@ -149,6 +150,19 @@ export function onInboundCall(
     );
     return;
   }
+  // RFC 8166 §4.2.1: rdma_xid is the XID of the RPC message conveyed. The upper layer keys the call on
+  // rdma_xid and matches its reply by the RPC XID: a call whose two differ would hang, or take another
+  // call's reply. An inline one is refused here, before any RDMA Read; a Long Call once pulled.
+  if (!nomsg && (end - payloadOffset < 4 || getU32BE(buf, payloadOffset) !== xid)) {
+    sendError(
+      c,
+      xid,
+      version,
+      { code: errorFor(version, RDMA2_ERR_BAD_XDR) },
+      { reason: xidMismatch(buf, payloadOffset, end, xid) },
+    );
+    return;
+  }
   let inline: Buffer = EMPTY;
   let lent = false;
   let placed: Buffer | null = null;
@@ -276,6 +290,14 @@ function refuseForResources(c: RpcRdmaConnection, xid: number, version: 1 | 2, s
   sendError(c, xid, version, { code });
 }
 
+const RPC_CALL = 0;
+
+/** Why a call's RPC XID (the first word of `buf[at, end)`) is not its rdma_xid `xid`, for the log. */
+function xidMismatch(buf: Buffer, at: number, end: number, xid: number): string {
+  if (end - at < 8) return `the call's RPC message has ${end - at} bytes, fewer than an RPC call header`;
+  return `the call's RPC XID 0x${getU32BE(buf, at).toString(16)} is not its rdma_xid 0x${xid.toString(16)} (RFC 8166 §4.2.1)`;
+}
+
 /** Scratch for `layOutCall`'s windows while one call is taken in (synchronous). */
 const WINDOWS: Buffer[] = [];
 /** Scratch for the Read chunks' insertion points while one call is taken in (`readChunkInsertPoints`). */
@@ -375,6 +397,19 @@ export function deliverInbound(c: RpcRdmaConnection, ib: InboundState, lent = fa
   }
   // The data was copied out or placed by our own (completed) Reads: the sinks can go at once.
   releaseInboundSinks(c, ib);
+  if (
+    ib.nomsg &&
+    (message.length < 8 || getU32BE(message, 4) !== RPC_CALL || getU32BE(message, 0) !== ib.xid)
+  ) {
+    // A Long Call's RPC header is known only now: it must be a CALL under rdma_xid (RFC 8166 §4.2.1).
+    endInbound(c, ib);
+    const reason =
+      message.length >= 8 && getU32BE(message, 4) !== RPC_CALL
+        ? `a Long Call whose RPC message has msg_type ${getU32BE(message, 4)}, not CALL (0)`
+        : xidMismatch(message, 0, message.length, ib.xid);
+    sendError(c, ib.xid, ib.version, { code: errorFor(ib.version, RDMA2_ERR_BAD_XDR) }, { reason });
+    return;
+  }
   const call = new InboundCallImpl(
     ib.xid,
     ib.version,
