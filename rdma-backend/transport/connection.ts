@@ -980,6 +980,9 @@ export class RpcRdmaConnection {
     }
     this.queue.drain();
     this.inflight.clear();
+    // RDMA Reads not yet posted name call states and inbound records freed here: none is posted now.
+    this.readJobs.drain();
+    this.readsOutstanding = 0;
     for (let i = 0; i < this.inbound.length; i++) {
       const ib = this.inbound[i];
       if (ib) {

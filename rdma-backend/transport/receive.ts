@@ -73,6 +73,10 @@ export function onCompletion(c: RpcRdmaConnection, wc: WorkCompletion): void {
     if (kind === KIND_SEND) c.signaling.completed(slot, false);
     return;
   }
+  // Teardown failed every call, dropped every inbound one and revoked every region: a completion polled
+  // after it (on a native device DISCONNECTED and the CQ are different fds, so successful completions
+  // can follow it) names state that is gone. Only a Send's buffer still has to go back to its slab.
+  if (c.state === 'closed' && kind !== KIND_SEND) return;
   switch (kind) {
     case KIND_RECV:
       onReceive(c, slot, wc);

@@ -109,9 +109,20 @@ export function allocState(c: RpcRdmaConnection, call: TransportCall): number {
   return idx;
 }
 
+/**
+ * Frees a call's state. Everything that says "work under way" is reset with `call`: a completion that
+ * still names the state (polled after teardown: on a native device the CQ and the CM events come from
+ * different fds) must find nothing to act on (`onInvalidated`, `onPullDone` check `call`).
+ */
 export function freeState(c: RpcRdmaConnection, st: CallState): void {
   st.call = null;
   st.queued = false;
+  st.inFlight = false;
+  st.resend = false;
+  st.abandoned = false;
+  st.pullSink = null;
+  st.pullHeader = null;
+  st.pullsPending = 0;
   st.placement.reset();
   st.reply = null;
   st.error = null;
@@ -563,6 +574,8 @@ export function pullReply(c: RpcRdmaConnection, st: CallState, h: V2NoMsg): void
 export function onPullDone(c: RpcRdmaConnection, idx: number, none = false): void {
   if (!none) c.readsOutstanding--;
   const st = c.states[idx];
+  // A Read that completed after its call was failed and its state freed (the connection torn down).
+  if (st.call === null) return;
   if (st.pullHeader && (none || --st.pullsPending === 0)) {
     const h = st.pullHeader as V2NoMsg;
     st.pullHeader = null;
@@ -661,6 +674,9 @@ export function invalidateThenComplete(c: RpcRdmaConnection, st: CallState): voi
 }
 
 export function onInvalidated(c: RpcRdmaConnection, st: CallState): void {
+  // The state was freed meanwhile (teardown failed its call and revoked its regions): completing it
+  // again would report a call of null and put its index twice in `freeStates`.
+  if (st.call === null) return;
   releaseRegs(c, st, false);
   if (st.resend && c.state !== 'closed') {
     st.resend = false;
