@@ -158,10 +158,20 @@ async function realpath(p: string): Promise<string> {
   }
 }
 
+/** Resolves once what was written to `stream` before has been handed to the system. */
+function flushed(stream: NodeJS.WritableStream): Promise<void> {
+  return new Promise((resolve) => stream.write('', () => resolve()));
+}
+
 if (invokedDirectly) {
-  process.exitCode = await main(process.argv.slice(2), {
+  const code = await main(process.argv.slice(2), {
     env: process.env,
     stdout: process.stdout,
     stderr: process.stderr,
   });
+  process.exitCode = code;
+  // The command is over: its code is the process's. Whatever a failed command could not undo (a socket,
+  // a timer of a component half started) must not keep the process alive with nobody left to stop it.
+  await Promise.all([flushed(process.stdout), flushed(process.stderr)]);
+  process.exit(code);
 }

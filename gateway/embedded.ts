@@ -46,26 +46,31 @@ export async function startEmbeddedPeer(o: EmbeddedPeerOptions): Promise<Embedde
   } else {
     upstream = o.upstream;
   }
-  const device: Device = await o.provider.openDevice();
-  const responder = new Responder({
-    device,
-    host: '127.0.0.1',
-    port: 0,
-    upstream,
-    registry: o.registry,
-    transport: o.transport,
-    maxRecordSize: o.maxRecordSize,
-    // Its only peer is this process's own pool, which would reconnect at once: reaping buys nothing.
-    idleTimeoutMs: 0,
-    logger: o.logger.child({ component: 'responder' }),
-  });
+  // What started is undone if a later step fails: the test program's listener would keep the process alive.
+  let device: Device | null = null;
+  let responder: Responder;
   let bound: { host: string; port: number };
   try {
+    device = await o.provider.openDevice();
+    responder = new Responder({
+      device,
+      host: '127.0.0.1',
+      port: 0,
+      upstream,
+      registry: o.registry,
+      transport: o.transport,
+      maxRecordSize: o.maxRecordSize,
+      // Its only peer is this process's own pool, which would reconnect at once: reaping buys nothing.
+      idleTimeoutMs: 0,
+      logger: o.logger.child({ component: 'responder' }),
+    });
     bound = await responder.listen();
   } catch (err) {
-    await testProgram?.close();
+    await testProgram?.close({ drainTimeoutMs: 0 });
+    if (device) closeDeviceSoon(device);
     throw err;
   }
+  const opened = device;
   return {
     host: bound.host,
     port: bound.port,
@@ -75,7 +80,7 @@ export async function startEmbeddedPeer(o: EmbeddedPeerOptions): Promise<Embedde
     async close(drainTimeoutMs = 5000) {
       await responder.close(drainTimeoutMs);
       await testProgram?.close({ drainTimeoutMs });
-      closeDeviceSoon(device);
+      closeDeviceSoon(opened);
     },
   };
 }

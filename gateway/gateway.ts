@@ -189,27 +189,10 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   log.info({ provider: provider.name, reason }, 'verbs provider selected');
   const transport = transportOptions(config, config.rdma.credits, log.child({ component: 'transport' }));
 
-  let embedded: EmbeddedPeer | null = null;
-  let peer: HostPort;
-  if (embeddedPeer) {
-    embedded = await startEmbeddedPeer({
-      provider,
-      upstream: config.upstream,
-      registry,
-      transport: transportOptions(
-        config,
-        o.embeddedGrant ?? config.rdma.credits,
-        log.child({ component: 'responder-transport' }),
-      ),
-      maxRecordSize: Math.max(config.frontend.maxRecordSize, transport.maxChunkSize ?? 0),
-      logger: log,
-    });
-    peer = { host: embedded.host, port: embedded.port };
-  } else {
-    peer = config.rdma.peer as HostPort;
-  }
-
-  const device = await provider.openDevice();
+  // Everything that can refuse the configuration (program routes, listen plan, the dispatcher's checks)
+  // runs before anything is started: a failure here leaves nothing behind to keep the process alive.
+  const table = routingTableFor(config, await discoverUpstream(config, log));
+  const plan = listenPlanFor(config);
   // Call records of the frontend, assembled in pooled buffers and given back by the router when each
   // call is over: a 1 MiB WRITE reuses memory instead of allocating (docs/performance.md).
   const recordPool = new BufferPool();
@@ -226,20 +209,8 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     // A reply the ULB cannot bound can be as large as the Reply chunk the transport offers.
     unknownReplyBytes: transport.maxChunkSize,
   });
-  const pool = new ConnectionPool({
-    device,
-    host: peer.host,
-    port: peer.port,
-    size: config.rdma.poolSize,
-    options: transport,
-    requester: router,
-    responder: router.backchannel,
-    backoff: o.backoff,
-  });
   // Program routing (issue 14): the dispatcher sends each call to the router, the passthrough or the
-  // portmapper by its program; configuration errors surface here, before anything listens.
-  const table = routingTableFor(config, await discoverUpstream(config, log));
-  const plan = listenPlanFor(config);
+  // portmapper by its program.
   const passthrough = new Passthrough({
     defaultUpstream: config.passthrough.upstream === 'off' ? null : config.passthrough.upstream,
     connections: config.passthrough.connections,
@@ -278,7 +249,42 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     logger: log.child({ component: 'frontend' }),
     recordPool,
   });
+
+  // From the first thing started on, a failure undoes what was started (in reverse) before it goes on:
+  // a listener or an embedded peer left open would keep the process alive after the error.
+  let embedded: EmbeddedPeer | null = null;
+  let device: Device | null = null;
+  let pool: ConnectionPool | null = null;
   try {
+    let peer: HostPort;
+    if (embeddedPeer) {
+      embedded = await startEmbeddedPeer({
+        provider,
+        upstream: config.upstream,
+        registry,
+        transport: transportOptions(
+          config,
+          o.embeddedGrant ?? config.rdma.credits,
+          log.child({ component: 'responder-transport' }),
+        ),
+        maxRecordSize: Math.max(config.frontend.maxRecordSize, transport.maxChunkSize ?? 0),
+        logger: log,
+      });
+      peer = { host: embedded.host, port: embedded.port };
+    } else {
+      peer = config.rdma.peer as HostPort;
+    }
+    device = await provider.openDevice();
+    pool = new ConnectionPool({
+      device,
+      host: peer.host,
+      port: peer.port,
+      size: config.rdma.poolSize,
+      options: transport,
+      requester: router,
+      responder: router.backchannel,
+      backoff: o.backoff,
+    });
     await pool.start();
     router.attach(pool);
     const ready = await waitForReady(pool, 3000);
@@ -292,10 +298,13 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     const routing: Routing = { dispatcher, passthrough, portmapper, registered };
     return new Gateway(frontend, router, pool, embedded, addresses, peer, reason, device, log, routing);
   } catch (err) {
+    log.error({ err: (err as Error).message }, 'the gateway could not start; stopping what was started');
+    await frontend.close({ drainTimeoutMs: 0 });
+    await passthrough.close();
     router.close();
-    pool.close();
-    await embedded?.close();
-    closeDeviceSoon(device);
+    pool?.close();
+    await embedded?.close(0);
+    if (device) closeDeviceSoon(device);
     throw err;
   }
 }

@@ -7,8 +7,10 @@
  * connections (the requesters retransmit elsewhere), wait for the upstream connections to end, then exit 0.
  */
 import { selectProvider } from '../../rdma-backend/providers/select.js';
+import type { Device } from '../../rdma-backend/verbs/index.js';
 import { formatHostPort } from '../../tcp-frontend/address.js';
 import { loadConfig } from '../config.js';
+import { closeDeviceSoon } from '../embedded.js';
 import { defaultRegistry, transportOptions } from '../gateway.js';
 import { createLogger } from '../logging.js';
 import { Responder } from '../responder.js';
@@ -41,23 +43,29 @@ export async function responder(ctx: CommandContext): Promise<number> {
     });
     upstream = { host: '127.0.0.1', port: testProgram.addresses[0].port };
   }
-  const device = await provider.openDevice();
-  const r = new Responder({
-    device,
-    host: config.responder.listen.host,
-    port: config.responder.listen.port,
-    maxConnections: config.responder.maxConnections,
-    idleTimeoutMs: config.responder.idleTimeoutMs,
-    upstream,
-    registry: defaultRegistry(),
-    transport,
-    maxRecordSize: transport.maxChunkSize,
-    logger: log.child({ component: 'responder' }),
-  });
-  const bound = await r.listen();
-  const upstreamText = formatHostPort(upstream.host, upstream.port);
+  // From the test program on, a failure stops what started before it goes on: its listener would keep
+  // the process alive after the error.
+  let r: Responder | null = null;
+  let device: Device | null = null;
+  let bound: { host: string; port: number };
   let admin: Awaited<ReturnType<typeof startResponderAdmin>>;
+  const upstreamText = formatHostPort(upstream.host, upstream.port);
   try {
+    device = await provider.openDevice();
+    r = new Responder({
+      device,
+      host: config.responder.listen.host,
+      port: config.responder.listen.port,
+      maxConnections: config.responder.maxConnections,
+      idleTimeoutMs: config.responder.idleTimeoutMs,
+      upstream,
+      registry: defaultRegistry(),
+      transport,
+      maxRecordSize: transport.maxChunkSize,
+      logger: log.child({ component: 'responder' }),
+    });
+    bound = await r.listen();
+    // No responder without its admin API (probes, metrics, drain).
     admin = await startResponderAdmin(r, config.admin.listen, {
       config,
       logger: root,
@@ -66,10 +74,10 @@ export async function responder(ctx: CommandContext): Promise<number> {
       startedAt: started,
     });
   } catch (err) {
-    // No responder without its admin API (probes, metrics, drain): stop what started, then fail.
-    log.error({ err: (err as Error).message }, 'the admin API could not start; stopping');
-    await r.close(0);
+    log.error({ err: (err as Error).message }, 'the responder could not start; stopping what was started');
+    await r?.close(0);
     await testProgram?.close({ drainTimeoutMs: 0 });
+    if (device) closeDeviceSoon(device);
     throw err;
   }
   ctx.stdout.write(

@@ -12,12 +12,12 @@ interface Run {
   stderr: string;
 }
 
-function run(args: string[], env: Record<string, string> = {}): Promise<Run> {
+function run(args: string[], env: Record<string, string> = {}, timeoutMs = 20_000): Promise<Run> {
   return new Promise((resolve) => {
     execFile(
       process.execPath,
       [CLI, ...args],
-      { env: { ...process.env, ...env }, timeout: 20_000 },
+      { env: { ...process.env, ...env }, timeout: timeoutMs },
       (err, stdout, stderr) => {
         resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
       },
@@ -236,5 +236,47 @@ test('an admin port already taken stops the gateway or responder it started and 
     t.is(r.code, 1, r.stderr);
     t.regex(r.stderr, /EADDRINUSE/);
     t.notRegex(r.stdout, banner, `no banner from ${command}`);
+  }
+});
+
+test('a start-up that fails after something started exits by itself with its code (a bad route 2, a taken port 1)', async (t) => {
+  const taken = createServer();
+  await new Promise<void>((r) => taken.listen(0, '127.0.0.1', r));
+  t.teardown(() => taken.close());
+  const takenPort = (taken.address() as AddressInfo).port;
+  const frontend = await freePort();
+  const cases: [string, string[], number, RegExp][] = [
+    // The route is refused by the routing table (a configuration error: 2) — once the embedded peer
+    // was already up, it used to print the error and stay alive.
+    [
+      'start',
+      ['--listen', `127.0.0.1:${frontend}`, '--routes', 'mountd=tcp', '--admin-listen', '127.0.0.1:0'],
+      2,
+      /routes: 'mountd=tcp' names no upstream and passthrough\.upstream is off/,
+    ],
+    // The RDMA port is taken (a failure at run time: 1) after the embedded test program started.
+    [
+      'responder',
+      [
+        '--responder-listen',
+        `127.0.0.1:${takenPort}`,
+        '--upstream',
+        'embedded',
+        '--rdma-provider',
+        'soft',
+        '--admin-listen',
+        '127.0.0.1:0',
+      ],
+      1,
+      new RegExp(`cannot listen on 127\\.0\\.0\\.1:${takenPort}`),
+    ],
+  ];
+  for (const [command, args, code, message] of cases) {
+    const started = Date.now();
+    const r = await run([command, ...args], {}, 15_000);
+    const ms = Date.now() - started;
+    t.true(ms < 10_000, `${command} exited after ${ms} ms (killed at 15 s: it hung)`);
+    t.is(r.code, code, r.stderr);
+    t.regex(r.stderr, message);
   }
 });
