@@ -97,6 +97,17 @@ export interface SoftProviderOptions {
    * the layers above do when a device runs out. Default: none (soft0's caps).
    */
   caps?: SoftCapsLimit;
+  /**
+   * Where the provider reports what no caller hears of otherwise: a listener that failed to accept a
+   * connection (EMFILE, ENFILE, ...) and goes on listening. A pino `Logger` fits (give the gateway's,
+   * or a child of it). Default: a pino logger writing warnings and errors to stderr.
+   */
+  logger?: SoftLogger;
+}
+
+/** The structured logger the soft provider writes to (a pino `Logger` fits). */
+export interface SoftLogger {
+  warn(fields: Record<string, unknown>, message: string): void;
 }
 
 /** The resource caps `SoftProviderOptions.caps` may lower. */

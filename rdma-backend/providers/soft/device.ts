@@ -1,5 +1,6 @@
 /** The soft device ("soft0"): caps, PDs, CQs, and the CM entry points (connect, listen). */
 import net from 'node:net';
+import { pino } from 'pino';
 import { withReadBuffer } from '../../../common/read-buffer.js';
 import {
   type CompletionQueue,
@@ -19,6 +20,7 @@ import {
   type SoftCapsLimit,
   SoftConnection,
   type SoftDeviceContext,
+  type SoftLogger,
   type SoftProviderOptions,
 } from './connection.js';
 import { SoftCq } from './cq.js';
@@ -66,6 +68,17 @@ function resolveCaps(caps: SoftCapsLimit): SoftCapsLimit {
   return out;
 }
 
+let defaultLogger: SoftLogger | undefined;
+
+/** The logger of providers given none: warnings and errors, JSON lines on stderr (made once, on first use). */
+function defaultSoftLogger(): SoftLogger {
+  defaultLogger ??= pino(
+    { name: 'rpcrdma-gateway', base: { pid: process.pid, component: 'soft-provider' }, level: 'warn' },
+    pino.destination(2),
+  );
+  return defaultLogger;
+}
+
 export function resolveOptions(o: SoftProviderOptions = {}): Required<SoftProviderOptions> {
   const r: Required<SoftProviderOptions> = {
     crc: o.crc ?? true,
@@ -76,6 +89,7 @@ export function resolveOptions(o: SoftProviderOptions = {}): Required<SoftProvid
     ownedMemoryOnly: o.ownedMemoryOnly ?? false,
     offerRtr: o.offerRtr ?? 'both',
     caps: resolveCaps(o.caps ?? {}),
+    logger: o.logger ?? defaultSoftLogger(),
   };
   if (r.offerRtr !== 'write' && r.offerRtr !== 'read' && r.offerRtr !== 'both') {
     throw invalidArgument("offerRtr must be 'write', 'read' or 'both'", { offerRtr: r.offerRtr });
@@ -201,13 +215,19 @@ export class SoftDevice implements Device {
     });
     this.listeners.add(server);
     return new Promise((resolve, reject) => {
-      server.once('error', (err) => {
+      const listenFailed = (err: Error): void => {
         this.listeners.delete(server);
         reject(
           new VerbsError('VERBS_ADDRESS', `cannot listen on ${o.host}:${o.port}`, { cause: String(err) }),
         );
-      });
+      };
+      server.once('error', listenFailed);
       server.listen({ host: o.host, port: o.port, backlog: o.backlog ?? 511 }, () => {
+        // Listening: an 'error' from now on is a failed accept (EMFILE, ENFILE, ENOBUFS, ...), after which
+        // net.Server goes on listening. So the server stays tracked (`close()` must still refuse while it
+        // listens) and the error is logged; without a handler the next one would throw out of the loop.
+        server.removeListener('error', listenFailed);
+        server.on('error', (err: NodeJS.ErrnoException) => this.acceptFailed(server, err));
         const addr = server.address() as net.AddressInfo;
         resolve({
           host: addr.address,
@@ -220,6 +240,18 @@ export class SoftDevice implements Device {
         });
       });
     });
+  }
+
+  /** A listening server failed to accept a connection (see `listen`): it goes on listening. */
+  private acceptFailed(server: net.Server, err: NodeJS.ErrnoException): void {
+    const addr = server.address() as net.AddressInfo | null;
+    const e = new VerbsError(
+      'SOFT_ACCEPT_FAILED',
+      'soft provider listener could not accept a connection; still listening',
+      { device: this.name, host: addr?.address, port: addr?.port, errorCode: err.code, syscall: err.syscall },
+      { cause: err },
+    );
+    this.ctx.options.logger.warn({ err: e }, e.message);
   }
 
   close(): void {

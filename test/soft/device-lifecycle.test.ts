@@ -1,0 +1,63 @@
+/**
+ * The soft device's bookkeeping of what it hands out (device.ts): a listener whose accept fails (EMFILE)
+ * goes on listening, is logged and stays counted until it is closed.
+ */
+import net from 'node:net';
+import test from 'ava';
+import type { SoftDevice } from '../../rdma-backend/providers/soft/device.js';
+import { createSoftProvider, type SoftProviderOptions } from '../../rdma-backend/providers/soft/index.js';
+import { VerbsError } from '../../rdma-backend/verbs/index.js';
+import { mpaRequest } from '../helpers/iwarp-frames.js';
+
+interface Warning {
+  fields: Record<string, unknown>;
+  message: string;
+}
+
+async function device(options: SoftProviderOptions = {}): Promise<{ dev: SoftDevice; warnings: Warning[] }> {
+  const warnings: Warning[] = [];
+  const logger = {
+    warn: (fields: Record<string, unknown>, message: string) => warnings.push({ fields, message }),
+  };
+  const dev = (await createSoftProvider({ ...options, logger }).openDevice()) as SoftDevice;
+  return { dev, warnings };
+}
+
+test('a listener whose accept fails keeps listening, is logged with a stable code, and stays counted until closed', async (t) => {
+  const { dev, warnings } = await device();
+  const l = await dev.listen({ host: '127.0.0.1', port: 0, onConnectRequest: (req) => req.reject() });
+  const servers = (dev as unknown as { listeners: Set<net.Server> }).listeners;
+  const [server] = [...servers];
+  t.teardown(() => server.close()); // also when an assertion failed first
+  // What net.Server emits when accept(2) fails: the server itself goes on listening.
+  const emfile = Object.assign(new Error('accept EMFILE'), { code: 'EMFILE', errno: -24, syscall: 'accept' });
+  server.emit('error', emfile);
+  t.is(servers.size, 1, 'the device still counts the listener');
+  t.notThrows(() => server.emit('error', emfile), 'a second failed accept finds a handler too');
+  t.true(server.listening);
+  t.is(warnings.length, 2, 'each failed accept is logged');
+  const err = warnings[0].fields.err as VerbsError;
+  t.true(err instanceof VerbsError);
+  t.is(err.code, 'SOFT_ACCEPT_FAILED');
+  t.like(err.details, { errorCode: 'EMFILE', syscall: 'accept', port: l.port });
+  t.is(err.cause, emfile);
+
+  // It still serves: a connection request is answered (here, rejected).
+  const sock = net.connect(l.port, '127.0.0.1');
+  sock.on('error', () => {});
+  const chunks: Buffer[] = [];
+  sock.on('data', (d: Buffer) => chunks.push(d));
+  await new Promise((r) => sock.once('connect', r));
+  sock.write(mpaRequest({ revision: 1 }));
+  await new Promise((r) => sock.once('close', r)); // the reject ends the stream
+  const reply = Buffer.concat(chunks);
+  t.is(reply.subarray(0, 16).toString('latin1'), 'MPA ID Rep Frame');
+  t.true((reply[16] & 0x20) !== 0, 'an MPA reply with the Reject flag');
+
+  const busy = t.throws(() => dev.close(), { instanceOf: VerbsError });
+  t.is(busy?.code, 'VERBS_BUSY', 'the device cannot close under a listener');
+  await l.close();
+  t.false(server.listening);
+  t.is(servers.size, 0);
+  t.notThrows(() => dev.close());
+});
