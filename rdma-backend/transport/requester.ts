@@ -587,12 +587,25 @@ export function onPullDone(c: RpcRdmaConnection, idx: number, none = false): voi
           ? e
           : new TransportError('ERR_TRANSPORT_BAD_REPLY', (e as Error).message, false, { xid: h.xid });
     }
-    const handles = h.chunks.reads;
-    const one = handles.every((r) => r.handle === handles[0].handle) ? handles[0].handle : 0;
-    sendDone(c, h.xid, c.peerPrivateData?.sendWithInvalidateOk ? one : 0);
+    sendDone(c, h.xid, doneInvalidates(c, h));
     invalidateThenComplete(c, st);
   }
   pumpReads(c);
+}
+
+/**
+ * The R_key a DONE invalidates with Send With Invalidate, or 0 for a plain Send. Seed 002 §4.1.4: only
+ * when both ends support remote invalidation (the responder's REQREMINV, or its RFC 8797 flag in Version
+ * 1: `peerAcceptsRemoteInvalidate`), and then "only that R_key" the responder provided: the reply's
+ * rdma_inv_handle, where zero means none may be (seed 004 §3.3). A handle that names none of the reply's
+ * Read segments is not the exposed reply's: nothing is invalidated.
+ */
+function doneInvalidates(c: RpcRdmaConnection, h: V2NoMsg): number {
+  const inv = h.invHandle;
+  if (inv === 0 || !c.opts.useRemoteInvalidate || !c.peerAcceptsRemoteInvalidate) return 0;
+  const reads = h.chunks.reads;
+  for (let i = 0; i < reads.length; i++) if (reads[i].handle === inv) return inv;
+  return 0;
 }
 
 export function onErrorReply(

@@ -656,8 +656,14 @@ export function sendReply(
   }
   let replyOut: RdmaSegmentInput[] | null = null;
   let readsOut: ReadSegmentInput[] | undefined;
+  /** rdma_inv_handle of the reply: zero, so no handle of ours may be invalidated (seed 004 §3.3)… */
+  let exposedInv = 0;
   if (rprc) {
     const reg = body as ChunkRegistration;
+    // …but the exposed reply's, when both ends announced Send With Invalidate (seed 002 §4.1.4: only
+    // then may the DONE invalidate it, and only that R_key): we take it (our REQREMINV), and the
+    // requester does (its own).
+    if (c.opts.acceptRemoteInvalidate && c.peerAcceptsRemoteInvalidate) exposedInv = reg.mr.rkey;
     // A retransmission replaces what the first reply exposed (through the registrar, so the gauge and
     // any pooled copy are accounted for).
     const earlier = c.rprcPending.get(ib.xid);
@@ -698,7 +704,7 @@ export function sendReply(
       ib.xid,
       c.grant,
       RPCRDMA2_F_RESPONSE,
-      0,
+      exposedInv,
       chunks,
     );
   } else {
