@@ -1,6 +1,7 @@
 /**
  * The soft device's bookkeeping of what it hands out (device.ts): a listener whose accept fails (EMFILE)
- * goes on listening, is logged and stays counted until it is closed.
+ * goes on listening, is logged and stays counted until it is closed; a connect refused for its
+ * parameters keeps no queue pair, so nothing holds the PD, the CQ or the device.
  */
 import net from 'node:net';
 import test from 'ava';
@@ -60,4 +61,29 @@ test('a listener whose accept fails keeps listening, is logged with a stable cod
   t.false(server.listening);
   t.is(servers.size, 0);
   t.notThrows(() => dev.close());
+});
+
+test('a connect refused for its parameters leaves no queue pair behind: the PD, the CQ and the device can go', async (t) => {
+  const { dev } = await device();
+  const pd = dev.allocPd();
+  const cq = dev.createCq(16);
+  const cap = { maxSendWr: 4, maxRecvWr: 4, maxSendSge: 1, maxRecvSge: 1 };
+  const refused = [
+    { privateData: Buffer.alloc(600) }, // > 508 bytes (512 less the MPA v2 IRD/ORD words)
+    { ord: -1 },
+    { ird: 1.5 },
+  ];
+  for (const bad of refused) {
+    const e = t.throws(
+      () =>
+        dev.connect({ host: '127.0.0.1', port: 9, pd, sendCq: cq, recvCq: cq, cap, onEvent() {}, ...bad }),
+      { instanceOf: VerbsError },
+    );
+    t.is(e?.code, 'VERBS_INVALID_ARGUMENT', JSON.stringify(Object.keys(bad)));
+  }
+  t.deepEqual(dev.resources, { qps: 0, cqs: 1, pds: 1 }, 'no queue pair left');
+  t.notThrows(() => pd.dealloc(), 'the PD has no queue pair');
+  t.notThrows(() => cq.destroy(), 'the CQ has no user');
+  t.notThrows(() => dev.close());
+  t.deepEqual(dev.resources, { qps: 0, cqs: 0, pds: 0 });
 });

@@ -203,7 +203,15 @@ export class SoftDevice implements Device {
     if (!Number.isInteger(o.port) || o.port <= 0 || o.port > 65535)
       throw invalidArgument('bad port', { port: o.port });
     const c = new SoftConnection(this.ctx, o);
-    c.startConnect(o.host, o.port, o, o.timeoutMs ?? 10_000);
+    try {
+      c.startConnect(o.host, o.port, o, o.timeoutMs ?? 10_000);
+    } catch (err) {
+      // Refused parameters (private data, IRD/ORD): the caller gets no connection to destroy, so the QP
+      // the constructor admitted, with its PD and CQ holds, is given back here; otherwise the PD, the
+      // CQs and the device would stay busy for ever.
+      c.destroy();
+      throw err;
+    }
     return c;
   }
 
