@@ -359,6 +359,15 @@ export class SoftQp implements QueuePair {
         // iWARP: a Read Request names one sink STag (max_sge_rd = 1).
         if (sgl.length > 1)
           throw invalidArgument('RDMA Read takes at most one SGE on iWARP', { n: sgl.length });
+        // ORD 0 (the peer's IRD is 0, or we asked for none): no Read Request may ever go (RFC 5040 §6.4),
+        // so the Read would wait at the head of the queue for ever, and everything behind it. Linux siw
+        // refuses it with EINVAL ("We negotiated not to send READ req's", siw_activate_tx). A Read
+        // posted before the ORD was negotiated is failed when it comes to be sent (`pump`).
+        if (this.params !== undefined && this.params.ord === 0 && !this.dead) {
+          throw invalidArgument('RDMA Read on a connection whose ORD is 0 (the peer takes no Reads)', {
+            ord: 0,
+          });
+        }
         break;
       default:
         throw invalidArgument('work request opcode not supported by the soft (iWARP) provider', { op });
@@ -489,6 +498,15 @@ export class SoftQp implements QueuePair {
     }
     while (this.sqTx < this.sqTail && fr.bytes < budget) {
       const e = this.sq[this.sqTx % this.sq.length];
+      if (e.opcode === WrOpcode.RDMA_READ && params.ord === 0) {
+        // Posted before the ORD was known (`postSend` refuses it since): it can never go. As Linux siw,
+        // whose SQ processing fails on it (siw_activate_tx: EINVAL) and drops the connection, the QP
+        // goes to error; the Read completes with a local QP operation error, what follows is flushed.
+        e.state = ST_DONE;
+        e.status = WcStatus.LOC_QP_OP_ERR;
+        this.fatal(Term.LOCAL_CATASTROPHIC, true);
+        return;
+      }
       if (e.opcode === WrOpcode.RDMA_READ && this.readsOutstanding >= params.ord) break; // ORD reached: stall
       if (e.flags & SendFlags.FENCE && this.readsOutstanding > 0) break;
       const bad = this.checkLocal(e);
