@@ -88,7 +88,15 @@ import { type PropertyDisposition, PropertyExchange, type PropertyHost } from '.
 import { onCompletions } from './receive.js';
 import { ChunkRegistrar, type ChunkRegistration } from './registration.js';
 import { allocState, canSendCall, enqueue, freeState, pump, releaseRegs, sendCall } from './requester.js';
-import { endInbound, type PendingReply, ReplyHold, releaseInboundSinks, sendReply } from './responder.js';
+import {
+  type ExposedReply,
+  endInbound,
+  expireExposed,
+  type PendingReply,
+  ReplyHold,
+  releaseInboundSinks,
+  sendReply,
+} from './responder.js';
 import { SendSignaling } from './send-signaling.js';
 import {
   type CallState,
@@ -203,6 +211,7 @@ export class RpcRdmaConnection {
     bytesReceived: 0,
     handlerErrors: 0,
     resourceFailures: 0,
+    rprcExpired: 0,
   };
   /** RPC-over-RDMA error messages by code name; rare, so plain objects keyed by constant strings. */
   readonly errorsByCode: { sent: Record<string, number>; received: Record<string, number> } = {
@@ -226,8 +235,24 @@ export class RpcRdmaConnection {
   inboundActive = 0;
   /** RDMA Reads waiting for ORD room: `owner` is an inbound index, or a call state index when `pull`. */
   readonly readJobs = new Fifo<{ owner: number; pull: boolean; job: ReadJob }>(64);
-  /** Responder-provided Read chunks exposed for replies, by XID, until the requester's DONE (seed 002). */
-  readonly rprcPending = new Map<number, ChunkRegistration>();
+  /**
+   * Responder-provided Read chunks exposed for replies, by XID, until the requester's DONE or their
+   * expiry (seed 002), oldest first; at most `grant` (`sendReply`).
+   */
+  readonly rprcPending = new Map<number, ExposedReply>();
+  /** Revokes exposed replies whose DONE never came (`expireExposed`); armed while any is exposed. */
+  private rprcTimer: NodeJS.Timeout | null = null;
+  private readonly rprcExpiry = (): void => {
+    this.rprcTimer = null;
+    expireExposed(this);
+  };
+
+  /** Arms the expiry of exposed replies `ms` from now, unless it is armed already. */
+  armRprcExpiry(ms: number): void {
+    if (this.rprcTimer !== null) return;
+    this.rprcTimer = setTimeout(this.rprcExpiry, Math.max(1, ms));
+    this.rprcTimer.unref();
+  }
   readsOutstanding = 0;
   ord = 1;
 
@@ -549,10 +574,11 @@ export class RpcRdmaConnection {
 
   get recvCount(): number {
     // A requester sends an RDMA2_DONE for every reply it pulls from a responder-provided Read chunk (seed
-    // 002 §4.1.3), on top of its calls and with no credit of its own (§5.2.3: "There is no response to
-    // RDMA_DONE, so it is not clear to the sender when that credit becomes available again"). An end that
-    // may send such replies keeps one more Receive per call it can have in progress, so that a full
-    // window of them followed by a DONE and a new call each never finds the Receives exhausted.
+    // 002 §4.1.3). It holds the call's credit until the DONE is posted (§5.2.3: "Sending an RDMA_DONE
+    // message consumes one credit"), and the credit then goes to its next call, which may reach us
+    // before we took the DONE: an end that may send such replies keeps one more Receive per credit it
+    // grants, and never has more than that many replies exposed (`sendReply`), so a full window of
+    // them followed by a DONE and a new call each never finds the Receives exhausted.
     const dones = this.role === 'server' && this.mayExposeReplies ? this.opts.credits : 0;
     return this.opts.credits + this.opts.backwardCredits + CONTROL_RESERVE + dones;
   }
@@ -999,8 +1025,12 @@ export class RpcRdmaConnection {
     }
     this.pendingReplies.drain();
     this.pendingErrors.drain();
-    for (const reg of this.rprcPending.values()) this.registrar.release(reg);
+    for (const exposed of this.rprcPending.values()) this.registrar.release(exposed.reg, true);
     this.rprcPending.clear();
+    if (this.rprcTimer !== null) {
+      clearTimeout(this.rprcTimer);
+      this.rprcTimer = null;
+    }
     this.credits.reset();
     // Each reported exactly once, even when a handler throws (reportFailed / reportAbandoned catch).
     for (const call of failed) {

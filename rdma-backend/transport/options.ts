@@ -83,6 +83,14 @@ export interface TransportOptions {
    */
   versionGuessTtlMs?: number;
   /**
+   * How long a reply exposed in a responder-provided Read chunk waits for the requester's RDMA2_DONE
+   * before its registration is revoked (seed 002 §4.1.3: "a responder can choose to invalidate its Read
+   * chunks after waiting for a short period"; a requester that pulls later loses its connection). A
+   * conforming requester pulls at once, within its ORD, so this only bounds what a broken or malicious
+   * one can pin. Default 30000 ms (half the Linux client's RPC timeout, PROTOCOL-NOTES §7).
+   */
+  rprcExpiryMs?: number;
+  /**
    * Where the transport reports what it cannot hand to anyone else: a user handler that threw, a peer
    * message that broke the protocol (and the error we answered it with; at most a few per connection),
    * a connection that ended (warn when calls were lost with it or the peer ended it with an error; info
@@ -113,6 +121,7 @@ export function resolve(o: TransportOptions): Resolved {
     useRemoteInvalidate: o.useRemoteInvalidate ?? true,
     negotiationTimeoutMs: o.negotiationTimeoutMs ?? 5000,
     versionGuessTtlMs: o.versionGuessTtlMs ?? 600_000,
+    rprcExpiryMs: o.rprcExpiryMs ?? 30_000,
     ird: o.ird,
     ord: o.ord,
   };

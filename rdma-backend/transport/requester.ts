@@ -279,8 +279,9 @@ export function onReply(
     return;
   }
   const pulled = h.version === 2 && h.htype === RDMA2_NOMSG && h.chunks.reads.length > 0;
-  // RDMA2_ERROR's credit word is not a grant (seed 004 §5.3.3): its credit just comes back.
-  const st = takeAnswered(c, h.xid, wc, h.version === 2 && h.htype === RDMA2_ERROR ? -1 : h.credit);
+  // RDMA2_ERROR's credit word is not a grant (seed 004 §5.3.3): its credit just comes back. A reply to
+  // pull keeps its call's credit until the DONE that ends it is posted (`pullDone`).
+  const st = takeAnswered(c, h.xid, wc, h.version === 2 && h.htype === RDMA2_ERROR ? -1 : h.credit, pulled);
   if (st === null) {
     // Seed 002 §4.1.3: a reply with a responder-provided Read chunk for an XID we forgot still gets
     // its pull-completion notification, so the responder can invalidate.
@@ -343,12 +344,19 @@ export function failUndecodableReply(
  * back (`credit` ≥ 0: the reply's grant; -1: an answer whose credit word is not believed), and the region
  * the peer invalidated with Send With Invalidate marked (Local Invalidate of a key already invalidated
  * remotely is fatal on iWARP). Null when `xid` names no call in flight.
+ *
+ * `keepCredit`: a reply in a responder-provided Read chunk. Its grant is taken, but the call's credit is
+ * held until the DONE that ends the pull is posted (`pullDone`). Seed 002 §5.2.3: "Sending an RDMA_DONE
+ * message consumes one credit". So pulls in progress count against the grant with the calls, the
+ * responder has at most its grant of replies exposed, and at most that many DONEs to receive (the
+ * Receives it keeps for them, `recvCount`).
  */
 function takeAnswered(
   c: RpcRdmaConnection,
   xid: number,
   wc: WorkCompletion,
   credit: number,
+  keepCredit = false,
 ): CallState | null {
   const idx = c.inflight.get(xid);
   if (idx === undefined) return null;
@@ -356,6 +364,7 @@ function takeAnswered(
   const st = c.states[idx];
   st.inFlight = false;
   if (credit < 0) c.credits.release();
+  else if (keepCredit) c.credits.update(credit);
   else c.credits.complete(credit);
   if (wc.wcFlags & WcFlags.WITH_INV) {
     for (const r of st.regs) {
@@ -542,23 +551,25 @@ export function pullReply(c: RpcRdmaConnection, st: CallState, h: V2NoMsg): void
     if (r.position !== 0) bad = true;
     total += r.length;
   }
-  if (bad || total > c.opts.maxChunkSize) {
+  let sink: ChunkRegistration | null = null;
+  let why = 'cannot pull a responder-provided Read chunk';
+  if (!bad && total <= c.opts.maxChunkSize) {
+    try {
+      sink = c.registrar.acquireTarget(Math.max(total, 1));
+    } catch (e) {
+      // The device refused the sink (its MR limit, locked memory): this call fails, not the connection.
+      why = `cannot register a sink to pull the reply into: ${(e as Error).message}`;
+    }
+  }
+  if (sink === null) {
     // Seed 002 §4.1.3: a requester that cannot take it still notifies, and ends the transaction.
-    sendDone(c, h.xid, 0);
-    st.error = new TransportError(
-      'ERR_TRANSPORT_RPRC_REFUSED',
-      'cannot pull a responder-provided Read chunk',
-      false,
-      {
-        xid: h.xid,
-        length: total,
-      },
-    );
+    pullDone(c, h.xid, 0);
+    st.error = new TransportError('ERR_TRANSPORT_RPRC_REFUSED', why, false, { xid: h.xid, length: total });
     invalidateThenComplete(c, st);
     return;
   }
-  st.pullSink = c.registrar.acquireTarget(Math.max(total, 1));
-  st.regs.push(st.pullSink);
+  st.pullSink = sink;
+  st.regs.push(sink);
   st.pullHeader = h;
   let off = 0;
   for (const seg of reads) {
@@ -587,10 +598,20 @@ export function onPullDone(c: RpcRdmaConnection, idx: number, none = false): voi
           ? e
           : new TransportError('ERR_TRANSPORT_BAD_REPLY', (e as Error).message, false, { xid: h.xid });
     }
-    sendDone(c, h.xid, doneInvalidates(c, h));
+    pullDone(c, h.xid, doneInvalidates(c, h));
     invalidateThenComplete(c, st);
   }
   pumpReads(c);
+}
+
+/**
+ * Pull completion notification (seed 002 §4.1.2) for a call whose credit `takeAnswered` kept: once the
+ * DONE is posted, the credit it held comes back (a DONE and the next call travel in order, so the
+ * responder takes the DONE before that call).
+ */
+function pullDone(c: RpcRdmaConnection, xid: number, rkey: number): void {
+  sendDone(c, xid, rkey);
+  c.credits.release();
 }
 
 /**

@@ -27,7 +27,7 @@ import {
 } from '../protocol/index.js';
 import { type MemoryRegion, SendFlags, WcFlags, type WorkCompletion, WrOpcode } from '../verbs/index.js';
 import type { RpcRdmaConnection } from './connection.js';
-import { type PendingError, sendError, sendPendingError } from './control.js';
+import { type PendingError, type RefusalDetail, sendError, sendPendingError } from './control.js';
 import {
   copyOf,
   copyReduced,
@@ -442,14 +442,76 @@ export function deliverInbound(c: RpcRdmaConnection, ib: InboundState, lent = fa
  * with nothing exposed is dropped silently (seed 002 §4.1.3).
  */
 export function onDone(c: RpcRdmaConnection, xid: number, wc: WorkCompletion): void {
-  const reg = c.rprcPending.get(xid);
-  if (!reg) {
+  const exposed = c.rprcPending.get(xid);
+  if (!exposed) {
     c.counters.droppedMessages++;
     return;
   }
   c.rprcPending.delete(xid);
+  const reg = exposed.reg;
   if (wc.wcFlags & WcFlags.WITH_INV && wc.invalidatedRkey === reg.mr.rkey) c.counters.remoteInvalidations++;
   c.registrar.release(reg);
+}
+
+/** A reply exposed in a responder-provided Read chunk until its DONE, or until `deadline` (`expireExposed`). */
+export interface ExposedReply {
+  reg: ChunkRegistration;
+  /** `performance.now()` past which the registration is revoked (`rprcExpiryMs` after it was exposed). */
+  deadline: number;
+}
+
+/**
+ * Records a reply exposed for the requester to pull, and arms the connection's expiry timer. Entries
+ * are kept in the order exposed, so the oldest is first and expires first (a Map iterates in insertion
+ * order; `rprcExpiryMs` is the same for all).
+ */
+function expose(c: RpcRdmaConnection, xid: number, reg: ChunkRegistration): void {
+  // A retransmission replaces what the first reply exposed (through the registrar, so the gauge and
+  // any pooled copy are accounted for), and goes to the end of the order.
+  const earlier = c.rprcPending.get(xid);
+  if (earlier !== undefined) {
+    c.rprcPending.delete(xid);
+    c.registrar.release(earlier.reg);
+  }
+  c.rprcPending.set(xid, { reg, deadline: performance.now() + c.opts.rprcExpiryMs });
+  c.armRprcExpiry(c.opts.rprcExpiryMs);
+}
+
+/**
+ * The expiry timer fired: every exposed reply past its deadline is revoked (seed 002 §4.1.3: "a
+ * responder can choose to invalidate its Read chunks after waiting for a short period" — a requester
+ * that never notifies must not pin our memory and registrations for the life of the connection). A
+ * later Read of it is a remote access error, fatal to that connection as the draft says; a later DONE
+ * names nothing and is dropped. Logged as the peer's protocol error, counted in `rprcExpired`.
+ */
+export function expireExposed(c: RpcRdmaConnection): void {
+  if (c.state === 'closed') return;
+  const now = performance.now();
+  let revoked = 0;
+  let first = -1;
+  for (const [xid, exposed] of c.rprcPending) {
+    if (exposed.deadline > now) {
+      c.armRprcExpiry(exposed.deadline - now);
+      break;
+    }
+    c.rprcPending.delete(xid);
+    // Revoked at once (a pooled copy is rekeyed, a registration of our own is deregistered): the
+    // requester may still hold the R_key.
+    c.registrar.release(exposed.reg, true);
+    if (revoked++ === 0) first = xid;
+  }
+  if (revoked === 0) return;
+  c.counters.rprcExpired += revoked;
+  c.logPeerError(
+    {
+      code: 'ERR_TRANSPORT_RPRC_EXPIRED',
+      revoked,
+      xid: first,
+      expiryMs: c.opts.rprcExpiryMs,
+      stillExposed: c.rprcPending.size,
+    },
+    `RDMA peer never sent RDMA2_DONE for ${revoked} reply(ies) exposed in responder-provided Read chunks: revoked after ${c.opts.rprcExpiryMs} ms (seed 002 §4.1.3)`,
+  );
 }
 
 export function releaseInboundSinks(c: RpcRdmaConnection, ib: InboundState): void {
@@ -537,20 +599,33 @@ export function sendReply(
   };
   let plan = planReply(planInput);
   let rprc = false;
+  let refusal: RefusalDetail | undefined;
   if (
     plan.mode === 'error' &&
     plan.error?.code === RDMA2_ERR_REPLY_RESOURCE &&
     version === 2 &&
+    !ib.backward &&
     c.mayExposeReplies &&
     c.props.peerValues.get(RDMA2_PROPID_RPRC) === true
   ) {
-    // Seed 002 §4.1.1: the reply exceeds every requester-provided resource and the requester takes
-    // responder-provided Read chunks: expose the reduced reply for it to pull.
-    plan = planReply({ ...planInput, replyCapacity: Number.MAX_SAFE_INTEGER });
-    rprc = plan.mode === 'reply-chunk';
+    if (c.rprcPending.size < c.grant || c.rprcPending.has(ib.xid)) {
+      // Seed 002 §4.1.1: the reply exceeds every requester-provided resource and the requester takes
+      // responder-provided Read chunks: expose the reduced reply for it to pull. (Not a backward reply:
+      // backward messages carry no chunks, RFC 8167 §4, and the client end keeps no Receives for DONEs.)
+      plan = planReply({ ...planInput, replyCapacity: Number.MAX_SAFE_INTEGER });
+      rprc = plan.mode === 'reply-chunk';
+    } else {
+      // Seed 002 §5.2.3: a requester holds the call's credit until its DONE, so one that keeps within
+      // our grant never has more replies exposed than that. Beyond it (a requester that does not pull
+      // or never notifies) nothing more is pinned for it: REPLY_RESOURCE, as without RPRC — and the
+      // Receives kept for DONEs (`recvCount`) stay enough.
+      refusal = {
+        reason: `${c.rprcPending.size} replies already exposed without their RDMA2_DONE, the most our grant of ${c.grant} allows (seed 002 §5.2.3)`,
+      };
+    }
   }
   if (plan.mode === 'error' && plan.error) {
-    sendError(c, ib.xid, version, version === 1 ? { code: ERR_CHUNK } : plan.error);
+    sendError(c, ib.xid, version, version === 1 ? { code: ERR_CHUNK } : plan.error, refusal);
     if (hold === ReplyHold.CALLER) c.replyReleased(message);
     return;
   }
@@ -664,11 +739,7 @@ export function sendReply(
     // then may the DONE invalidate it, and only that R_key): we take it (our REQREMINV), and the
     // requester does (its own).
     if (c.opts.acceptRemoteInvalidate && c.peerAcceptsRemoteInvalidate) exposedInv = reg.mr.rkey;
-    // A retransmission replaces what the first reply exposed (through the registrar, so the gauge and
-    // any pooled copy are accounted for).
-    const earlier = c.rprcPending.get(ib.xid);
-    if (earlier !== undefined) c.registrar.release(earlier);
-    c.rprcPending.set(ib.xid, reg);
+    expose(c, ib.xid, reg);
     readsOut = [{ position: 0, handle: reg.mr.rkey, length: plan.reducedLength, offset: reg.mr.iova }];
     if (ib.replyChunk)
       replyOut = ib.replyChunk.map((s) => ({ handle: s.handle, length: 0, offset: s.offset }));

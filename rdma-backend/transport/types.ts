@@ -185,6 +185,8 @@ export interface ConnectionCounters {
   rprcReplies: number;
   /** RDMA2_DONE pull-completion notifications sent. */
   donesSent: number;
+  /** Replies exposed in responder-provided Read chunks revoked because no DONE came in `rprcExpiryMs`. */
+  rprcExpired: number;
   bytesSent: number;
   bytesReceived: number;
   /** Sends posted unsignaled: their completion is implied by a later signaled Send's (xprtrdma's batching). */
