@@ -161,11 +161,14 @@ export class Gateway {
    */
   async stop(drainTimeoutMs = 30_000): Promise<void> {
     this.stopping = true;
+    const deadline = Date.now() + drainTimeoutMs;
     this.log.info({ drainTimeoutMs, inFlight: this.frontend.stats.callsInFlight }, 'draining');
     if (this.routing && this.routing.registered.length > 0)
       await registerWithRpcbind(this.routing.registered, 'unset', this.log);
     await this.frontend.close({ drainTimeoutMs });
-    await this.routing?.passthrough.close();
+    // Every client is gone now: the passthrough's upstream connections get what is left of the drain time,
+    // and those still owed replies nobody can take go at once.
+    await this.routing?.passthrough.close(Math.max(0, deadline - Date.now()));
     this.router.close();
     this.pool.close();
     await this.embedded?.close(Math.min(drainTimeoutMs, 5000));

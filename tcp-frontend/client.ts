@@ -31,7 +31,8 @@ import {
  * connection closed with the call unanswered), `ERR_CLIENT_TIMEOUT` (no reply within the call's timeout),
  * `ERR_CLIENT_BAD_REPLY` (a reply for this call whose header does not decode), `ERR_CLIENT_XID_IN_USE`
  * (`callRaw` with an XID already pending), `ERR_CLIENT_STREAM` (the server's byte stream broke record
- * marking; the connection is closed).
+ * marking; the connection is closed), `ERR_CLIENT_CLOSE_TIMEOUT` (`close()` gave up waiting for the
+ * outstanding calls or for the server to close its side, and destroyed the connection).
  */
 export class RpcClientError extends GatewayError {}
 
@@ -46,6 +47,11 @@ export interface RpcClientOptions {
   callTimeoutMs?: number;
   /** Give up connecting after this many ms. Default 10 s. */
   connectTimeoutMs?: number;
+  /**
+   * How long `close()` waits, unless told otherwise, for the outstanding calls and then for the server's
+   * side to close, before it destroys the connection. Default 10 s.
+   */
+  closeTimeoutMs?: number;
   /**
    * Bind this source port (an NFS client reconnecting binds its previous one, so that the server's
    * duplicate request cache knows its retransmissions). Default: any.
@@ -151,6 +157,7 @@ export class RpcClient {
   private readonly socket: Socket;
   private readonly maxInFlight: number;
   private readonly callTimeoutMs: number;
+  private readonly closeTimeoutMs: number;
   private readonly cred: Readonly<OpaqueAuthInit>;
   private readonly verf: Readonly<OpaqueAuthInit>;
   private readonly onCall: ((record: Buffer, client: RpcClient) => void) | undefined;
@@ -176,6 +183,7 @@ export class RpcClient {
     this.port = options.port;
     this.maxInFlight = options.maxInFlight ?? 128;
     this.callTimeoutMs = options.callTimeoutMs ?? 0;
+    this.closeTimeoutMs = options.closeTimeoutMs ?? 10_000;
     this.cred = options.cred ?? AUTH_NONE;
     this.verf = options.verf ?? AUTH_NONE;
     this.onCall = options.onCall;
@@ -338,19 +346,40 @@ export class RpcClient {
     return this.write([bytes]);
   }
 
-  /** Waits for every outstanding call to settle, then closes the connection (never a half-close first). */
-  async close(): Promise<void> {
+  /**
+   * Waits for every outstanding call to settle, then closes the connection (never a half-close first) and
+   * waits for the server's side to close. A server that neither answers nor closes must not hold the
+   * caller for ever: after `timeoutMs` (default `closeTimeoutMs`) the connection is destroyed, and the calls
+   * still outstanding fail with ERR_CLIENT_CLOSE_TIMEOUT.
+   */
+  async close(timeoutMs = this.closeTimeoutMs): Promise<void> {
     if (this.closed) return;
     this.ending = true;
-    if (this.outstanding > 0) {
-      await new Promise<void>((resolve) => this.closeWaiters.push(resolve));
+    const timer = setTimeout(() => this.abandon(timeoutMs), timeoutMs);
+    try {
+      if (this.outstanding > 0) {
+        await new Promise<void>((resolve) => this.closeWaiters.push(resolve));
+      }
+      if (this.closed) return;
+      await new Promise<void>((resolve) => {
+        this.socket.once('close', () => resolve());
+        this.flush();
+        this.socket.end();
+      });
+    } finally {
+      clearTimeout(timer);
     }
+  }
+
+  /** `close()` ran out of time: the connection goes now, and what it still owes fails with the reason. */
+  private abandon(timeoutMs: number): void {
     if (this.closed) return;
-    await new Promise<void>((resolve) => {
-      this.socket.once('close', () => resolve());
-      this.flush();
-      this.socket.end();
-    });
+    this.closeError ??= new RpcClientError(
+      'ERR_CLIENT_CLOSE_TIMEOUT',
+      `the connection did not close within ${timeoutMs} ms`,
+      { server: formatHostPort(this.host, this.port), timeoutMs, outstanding: this.outstanding },
+    );
+    this.socket.destroy();
   }
 
   /** Closes at once; outstanding calls fail with ERR_CLIENT_CLOSED. */

@@ -262,10 +262,14 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
     conn.unhold();
   }
 
-  /** Closes every upstream connection once its outstanding calls are answered (never a half-close first). */
-  async close(): Promise<void> {
+  /**
+   * Closes every upstream connection (never a half-close first), once the frontend has closed: an idle one
+   * waiting at most `timeoutMs` for the server's side, one with calls outstanding at once — their clients
+   * are gone, and a server that never answers must not hold the stop.
+   */
+  async close(timeoutMs = 1000): Promise<void> {
     this.closed = true;
-    await Promise.all([...this.pools.values()].map((p) => p.close()));
+    await Promise.all([...this.pools.values()].map((p) => p.close(timeoutMs)));
     // The final counters, for operators and for tests of a process they cannot snapshot from inside.
     this.log.info({ stats: { ...this.stats, errors: { ...this.stats.errors } } }, 'passthrough closed');
   }

@@ -104,9 +104,26 @@ export class UpstreamPool {
     return this.open();
   }
 
-  async close(): Promise<void> {
+  /**
+   * Closes every connection. An idle one is closed gracefully, waiting at most `timeoutMs` for the server's
+   * side. One with calls still outstanding is destroyed at once: the passthrough closes after the frontend
+   * (`Gateway.stop`), so no client is left to take those replies, and a server that never sends them would
+   * otherwise hold the stop for ever.
+   */
+  async close(timeoutMs: number): Promise<void> {
     this.closed = true;
-    await Promise.all(this.links.splice(0).map((l) => l.client.close()));
+    await Promise.all(
+      this.links.splice(0).map((l) => {
+        const outstanding = l.client.outstanding;
+        if (outstanding === 0) return l.client.close(timeoutMs);
+        this.o.logger.info(
+          { upstream: this.target, outstanding },
+          'passthrough upstream closed with calls unanswered: their clients are gone',
+        );
+        l.client.destroy();
+        return undefined;
+      }),
+    );
   }
 
   private open(): Promise<UpstreamLink> {
@@ -158,7 +175,8 @@ export class UpstreamPool {
     if (!link) return;
     const i = this.links.indexOf(link);
     if (i >= 0) this.links.splice(i, 1);
-    if (this.closed && !err) return;
+    // Closed on purpose (`close()`): not a loss, whatever the calls it cut short.
+    if (this.closed) return;
     this.o.stats.upstreamLost++;
     this.o.logger.warn(
       { upstream: this.target, outstanding: link.outstanding, err: err?.message },

@@ -60,8 +60,12 @@ export async function dumpPortmapper(target: HostPort, timeoutMs: number): Promi
       target: where,
     });
   }
+  // A portmapper that did not answer in time is not waited for again: its connection is destroyed rather
+  // than closed (a graceful close would wait for it to close its side, which a hung one never does).
+  let answered = false;
   try {
     const reply = await client.call(PORTMAP_PROGRAM, 2, PmapProc.DUMP);
+    answered = true;
     if (reply.replyStat !== 0 || reply.acceptStat !== 0) {
       throw new DiscoveryError('ERR_PMAP_REFUSED', `portmapper ${where} refused DUMP`, {
         target: where,
@@ -76,6 +80,7 @@ export async function dumpPortmapper(target: HostPort, timeoutMs: number): Promi
       target: where,
     });
   } finally {
-    await client.close();
+    if (answered) await client.close(timeoutMs);
+    else client.destroy();
   }
 }

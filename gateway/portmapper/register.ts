@@ -25,15 +25,19 @@ export async function registerWithRpcbind(
   log: Logger,
   rpcbind = { host: '127.0.0.1', port: 111 },
 ): Promise<number> {
+  const timeoutMs = 2000;
   let client: RpcClient;
   try {
-    client = await RpcClient.connect({ ...rpcbind, connectTimeoutMs: 2000, callTimeoutMs: 2000 });
+    client = await RpcClient.connect({ ...rpcbind, connectTimeoutMs: timeoutMs, callTimeoutMs: timeoutMs });
   } catch (err) {
     log.warn({ err: (err as Error).message }, `cannot ${how} with the host rpcbind`);
     return 0;
   }
   let ok = 0;
   const done = new Set<string>();
+  // An rpcbind that did not answer in time is not waited for again: its connection is destroyed rather
+  // than closed (a graceful close would wait for it to close its side, which a hung one never does).
+  let answered = true;
   try {
     for (const m of mappings) {
       if (m.family !== 'IPv4') continue;
@@ -55,9 +59,11 @@ export async function registerWithRpcbind(
       else log.warn({ program: m.program, version: m.version, port: m.port }, `host rpcbind refused ${how}`);
     }
   } catch (err) {
+    answered = false;
     log.warn({ err: (err as Error).message }, `${how} with the host rpcbind failed`);
   } finally {
-    await client.close();
+    if (answered) await client.close(timeoutMs);
+    else client.destroy();
   }
   return ok;
 }

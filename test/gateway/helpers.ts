@@ -1,8 +1,8 @@
 /**
  * Helpers shared by the frontend, client and gateway tests: a pino logger whose lines can be inspected,
- * a polling wait with a deadline, raw sockets, and hand-encoded calls.
+ * a polling wait with a deadline, raw sockets, a server that never answers, and hand-encoded calls.
  */
-import { connect, type Socket } from 'node:net';
+import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 import { Writable } from 'node:stream';
 import { type Logger, pino } from 'pino';
 import { encodeCallHeader } from '../../rpc/message.js';
@@ -44,6 +44,43 @@ export function connectRaw(port: number, host = '127.0.0.1'): Promise<Socket> {
       resolve(s);
     });
   });
+}
+
+export interface SilentServer {
+  port: number;
+  /** Bytes received, all connections together. */
+  received: () => number;
+  /** The connections accepted and not yet closed by the other side. */
+  sockets: Set<Socket>;
+  close: () => Promise<void>;
+}
+
+/**
+ * A TCP server that accepts and reads everything, and never answers nor closes its side (a hung server:
+ * a client's FIN is not answered with one). `close()` destroys what it holds.
+ */
+export async function silentServer(): Promise<SilentServer> {
+  const sockets = new Set<Socket>();
+  let received = 0;
+  const server = createServer({ allowHalfOpen: true }, (s) => {
+    sockets.add(s);
+    s.on('data', (d: Buffer) => {
+      received += d.length;
+    });
+    s.on('error', () => {});
+    s.on('close', () => sockets.delete(s));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    port: (server.address() as AddressInfo).port,
+    received: () => received,
+    sockets,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
 }
 
 /** Resolves when `socket` closes. */

@@ -27,6 +27,7 @@ import { AcceptStat } from '../../rpc/constants.js';
 import { XdrReader, XdrWriter } from '../../rpc/xdr.js';
 import { RpcClient } from '../../tcp-frontend/client.js';
 import { FrontendServer } from '../../tcp-frontend/server.js';
+import { silentServer } from '../gateway/helpers.js';
 import { freePort } from '../helpers/ports.js';
 
 function config(flags: Record<string, string[]>): GatewayConfig {
@@ -197,4 +198,20 @@ test('no answer from the portmapper: the gateway still starts and routes every T
       advertised.some((e) => e.startsWith(`${p}.`)),
       `${p} advertised: ${advertised.join(' ')}`,
     );
+});
+
+test('a portmapper that accepts and never answers: discovery fails within its timeout and returns', async (t) => {
+  const silent = await silentServer();
+  t.teardown(() => silent.close());
+  const started = Date.now();
+  const outcome = await Promise.race([
+    dumpPortmapper({ host: '127.0.0.1', port: silent.port }, 300).then(
+      () => 'answered',
+      (err: unknown) => err,
+    ),
+    new Promise((r) => setTimeout(() => r('still waiting after 5 s'), 5000)),
+  ]);
+  t.true(outcome instanceof DiscoveryError, String(outcome));
+  t.is((outcome as DiscoveryError).code, 'ERR_PMAP_UNREACHABLE');
+  t.true(Date.now() - started < 1500, `returned after ${Date.now() - started} ms`);
 });

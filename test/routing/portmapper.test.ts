@@ -6,12 +6,13 @@
 import test from 'ava';
 import { loadConfig } from '../../gateway/config.js';
 import { type Gateway, startGateway } from '../../gateway/gateway.js';
+import { registerWithRpcbind } from '../../gateway/portmapper/index.js';
 import { MOUNT_PROGRAM, NFS_PROGRAM, PORTMAP_PROGRAM } from '../../gateway/portmapper/programs.js';
 import { TEST_PROGRAM } from '../../gateway/test-program/index.js';
 import { AcceptStat } from '../../rpc/constants.js';
 import { XdrReader, XdrWriter } from '../../rpc/xdr.js';
 import { RpcClient } from '../../tcp-frontend/client.js';
-import { replyWordsToRpcVersion } from '../gateway/helpers.js';
+import { captureLogger, replyWordsToRpcVersion, silentServer } from '../gateway/helpers.js';
 
 async function start(): Promise<Gateway> {
   const { config } = loadConfig({
@@ -112,4 +113,26 @@ test('a portmapper call of RPC version 3 gets RPC_MISMATCH 2..2 from the gateway
   // RFC 5531 §9: xid, REPLY, MSG_DENIED, RPC_MISMATCH, low 2, high 2
   t.deepEqual(await replyWordsToRpcVersion(pmapPort, 0x78, PORTMAP_PROGRAM, 2, 3), [0x78, 1, 1, 0, 2, 2]);
   t.is(g.snapshot().dispatch?.rpcMismatch, 1);
+});
+
+test('a host rpcbind that accepts and never answers: registration gives up within its timeout and returns', async (t) => {
+  const silent = await silentServer();
+  t.teardown(() => silent.close());
+  const { logger, lines } = captureLogger();
+  const mapping = {
+    program: MOUNT_PROGRAM,
+    version: 3,
+    host: '127.0.0.1',
+    port: 2050,
+    family: 'IPv4' as const,
+  };
+  const started = Date.now();
+  const outcome = await Promise.race([
+    registerWithRpcbind([mapping], 'set', logger, { host: '127.0.0.1', port: silent.port }),
+    new Promise((r) => setTimeout(() => r('still waiting after 6 s'), 6000)),
+  ]);
+  t.is(outcome, 0, 'nothing registered');
+  // One call timeout (2 s), not a wait for a server that never closes its side.
+  t.true(Date.now() - started < 3500, `returned after ${Date.now() - started} ms`);
+  t.true(lines.some((l) => l.msg === 'set with the host rpcbind failed'));
 });

@@ -31,7 +31,7 @@ import { XdrWriter } from '../../rpc/xdr.js';
 import { RpcClient } from '../../tcp-frontend/client.js';
 import { RecordDecoder } from '../../tcp-frontend/record-marking.js';
 import { type FrontendConnection, FrontendServer } from '../../tcp-frontend/server.js';
-import { connectRaw, framedCall, replyWordsToRpcVersion, waitFor } from '../gateway/helpers.js';
+import { connectRaw, framedCall, replyWordsToRpcVersion, silentServer, waitFor } from '../gateway/helpers.js';
 import { freePort } from '../helpers/ports.js';
 
 function config(flags: Record<string, string[]> = {}): GatewayConfig {
@@ -473,4 +473,23 @@ test('an upstream lost with calls on it closes their clients; the next call reco
   t.is(s?.upstreamLost, 1);
   t.is(s?.upstreamConnects, 2);
   t.true(restarted.handler.stats.calls.NULL >= 1);
+});
+
+test('stop() while a passthrough call is held by an upstream that never answers ends within the drain time', async (t) => {
+  const silent = await silentServer();
+  t.teardown(() => silent.close());
+  const g = await gatewayWith({ routes: [`test=tcp@127.0.0.1:${silent.port}`] });
+  const rpc = await RpcClient.connect({ host: '127.0.0.1', port: g.addresses[0].port });
+  t.teardown(() => rpc.destroy());
+  rpc.call(TEST_PROGRAM, TEST_VERSION, TestProc.NULL).catch(() => undefined);
+  await waitFor(() => silent.received() > 0, 'the call at the upstream');
+  const started = Date.now();
+  const stopped = await Promise.race([
+    g.stop(300).then(() => 'stopped'),
+    new Promise((r) => setTimeout(() => r('still stopping after 5 s'), 5000)),
+  ]);
+  t.is(stopped, 'stopped');
+  // The drain time (the client waits for its call), then the upstream connection goes at once.
+  t.true(Date.now() - started < 1500, `stopped after ${Date.now() - started} ms`);
+  t.is(g.snapshot().passthrough?.upstreamLost, 0, 'closed on purpose, not lost');
 });

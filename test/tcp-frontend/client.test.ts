@@ -11,7 +11,7 @@ import {
 import { XdrWriter } from '../../rpc/xdr.js';
 import { type CallReceiver, RpcClient } from '../../tcp-frontend/client.js';
 import { type FrontendConnection, type FrontendHandler, FrontendServer } from '../../tcp-frontend/server.js';
-import { encodeCall, waitFor } from '../gateway/helpers.js';
+import { encodeCall, silentServer, waitFor } from '../gateway/helpers.js';
 
 const PROG = 0x2000_0002;
 
@@ -265,4 +265,38 @@ test('close() waits for outstanding calls before closing', async (t) => {
   await closing;
   t.true(client.closed);
   await server.close();
+});
+
+test('close() against a server that neither answers nor closes gives up after its timeout', async (t) => {
+  const silent = await silentServer();
+  t.teardown(() => silent.close());
+  // A call outstanding: close() waits for it, then destroys the connection at the deadline and the call
+  // fails with the typed reason.
+  let closeError: unknown = 'not called';
+  const a = await RpcClient.connect({
+    host: '127.0.0.1',
+    port: silent.port,
+    onClose: (e) => (closeError = e),
+  });
+  const call = a.call(PROG, 1, 0);
+  call.catch(() => undefined); // asserted below
+  await waitFor(() => silent.received() > 0, 'the call at the server');
+  const started = Date.now();
+  const closing = await Promise.race([
+    a.close(200).then(() => 'closed'),
+    new Promise((r) => setTimeout(() => r('still waiting after 3 s'), 3000)),
+  ]);
+  t.is(closing, 'closed');
+  t.true(Date.now() - started < 1000, `closed after ${Date.now() - started} ms`);
+  t.true(a.closed);
+  await t.throwsAsync(call, { code: 'ERR_CLIENT_CLOSE_TIMEOUT' });
+  t.is((closeError as { code: string }).code, 'ERR_CLIENT_CLOSE_TIMEOUT');
+  // Nothing outstanding, but the server never closes its side: the default bound (closeTimeoutMs).
+  const b = await RpcClient.connect({ host: '127.0.0.1', port: silent.port, closeTimeoutMs: 200 });
+  const closingIdle = await Promise.race([
+    b.close().then(() => 'closed'),
+    new Promise((r) => setTimeout(() => r('still waiting after 3 s'), 3000)),
+  ]);
+  t.is(closingIdle, 'closed');
+  t.true(b.closed);
 });
