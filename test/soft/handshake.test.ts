@@ -2,7 +2,8 @@
  * The soft provider's MPA exchange (connection.ts) as the consumer sees it through CM events, against a
  * raw TCP peer: bytes a peer sends right behind its MPA frame (which RFC 5044 §7.1.2 forbids) are taken
  * as FPDUs once the connection is ESTABLISHED, so a bad one ends it with ESTABLISHED then DISCONNECTED,
- * never DISCONNECTED alone or first.
+ * never DISCONNECTED alone or first; a frame header announcing more than 512 bytes of private data
+ * (RFC 5044 §7.1) is refused as soon as its 20 bytes are in, not when a handshake timeout fires.
  */
 import net from 'node:net';
 import test from 'ava';
@@ -106,4 +107,55 @@ test('active side: a bad FPDU in the same write as the MPA reply gives ESTABLISH
   t.like(ev.terminate, { local: true, layer: 2, type: 0, code: 3 });
   conn.destroy();
   responder.close();
+});
+
+/** An MPA frame header (20 bytes) whose Private Data Length says 600, over RFC 5044 §7.1's 512. */
+function oversized(frame: Buffer): Buffer {
+  const header = Buffer.from(frame.subarray(0, 20));
+  header.writeUInt16BE(600, 18);
+  return header;
+}
+
+test('active side: an MPA reply header announcing 600 bytes of private data fails the connect at once', async (t) => {
+  // Nothing follows the header: waiting for 600 bytes would end only with the connect timeout.
+  const responder = await rawResponder(oversized(mpaReply({ revision: 1 })));
+  const dev = await createSoftProvider().openDevice();
+  const pd = dev.allocPd();
+  const cq = dev.createCq(16);
+  const events = new EventLog();
+  const conn = dev.connect({
+    host: '127.0.0.1',
+    port: responder.port,
+    pd,
+    sendCq: cq,
+    recvCq: cq,
+    cap: CAP,
+    timeoutMs: 10_000,
+    onEvent: events.handler,
+  });
+  t.teardown(() => {
+    conn.destroy();
+    responder.close();
+  });
+  const ev = await events.wait(CmEventType.CONNECT_ERROR, 1000);
+  t.like(ev.error, { code: 'MPA_INVALID_FRAME', details: { pdLen: 600, max: 512 } }, 'the reason, typed');
+  t.deepEqual(names(events), ['RDMA_CM_EVENT_CONNECT_ERROR'], 'nothing else');
+});
+
+test('passive side: an MPA request header announcing 600 bytes of private data is dropped at once', async (t) => {
+  const dev = await createSoftProvider().openDevice();
+  let requests = 0;
+  const l = await dev.listen({ host: '127.0.0.1', port: 0, onConnectRequest: () => requests++ });
+  t.teardown(() => l.close());
+  const sock = net.connect(l.port, '127.0.0.1');
+  sock.on('error', () => {});
+  await new Promise((r) => sock.once('connect', r));
+  const closed = new Promise((r) => sock.once('close', r));
+  const started = Date.now();
+  sock.write(oversized(mpaRequest({ revision: 1 })));
+  const late = setTimeout(() => sock.destroy(new Error('still open after 1 s')), 1000);
+  await closed;
+  clearTimeout(late);
+  t.true(Date.now() - started < 1000, 'the listener closed the socket without waiting for its timeout');
+  t.is(requests, 0, 'no connection request reached the consumer');
 });

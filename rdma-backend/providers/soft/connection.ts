@@ -250,10 +250,12 @@ export class SoftConnection implements Connection, QpOwner {
     if (this.phase !== 'connecting') return;
     // A copy: `chunk` is the reused read buffer.
     this.hs = Buffer.concat([this.hs, chunk]);
-    const need = mpaFrameLength(this.hs);
-    if (need < 0 || this.hs.length < need) return;
+    let need: number;
     let reply: MpaFrame;
     try {
+      // A bad header fails the connect as soon as its 20 bytes are in (`mpaFrameLength`).
+      need = mpaFrameLength(this.hs, true);
+      if (need < 0 || this.hs.length < need) return;
       reply = decodeMpa(this.hs.subarray(0, need), true);
     } catch (err) {
       this.failConnect(CmEventType.CONNECT_ERROR, err as Error);
@@ -600,10 +602,12 @@ export function acceptMpaRequest(
       socket.destroy();
       return;
     }
-    const need = mpaFrameLength(hs);
-    if (need < 0 || hs.length < need) return;
+    let need: number;
     let frame: MpaFrame;
     try {
+      // A bad header (a Private Data Length over 512) ends it as soon as its 20 bytes are in.
+      need = mpaFrameLength(hs, false);
+      if (need < 0 || hs.length < need) return;
       frame = decodeMpa(hs.subarray(0, need), false);
     } catch {
       socket.destroy();

@@ -56,26 +56,41 @@ export function encodeMpa(f: MpaFrame): Buffer {
   return out;
 }
 
-/** Bytes the frame starting at `buf[0]` needs in total, or -1 while the fixed header is incomplete. */
-export function mpaFrameLength(buf: Buffer): number {
-  if (buf.length < MPA_HEADER_SIZE) return -1;
-  return MPA_HEADER_SIZE + buf.readUInt16BE(18);
-}
-
-/** Decodes a complete frame; throws MpaError (code MPA_INVALID_FRAME) when it is not one. */
-export function decodeMpa(buf: Buffer, expectReply: boolean): MpaFrame {
+/** Checks the fixed 20-byte header at `buf[0]` (its key, its private data length); returns that length. */
+function checkHeader(buf: Buffer, expectReply: boolean): number {
   const key = expectReply ? MPA_KEY_REP : MPA_KEY_REQ;
   if (buf.length < MPA_HEADER_SIZE || !buf.subarray(0, 16).equals(key)) {
     throw new MpaError('MPA_INVALID_FRAME', `expected an MPA ${expectReply ? 'reply' : 'request'} key`, {
       got: buf.subarray(0, 16).toString('latin1'),
     });
   }
-  const flags = buf[16];
-  const revision = buf[17];
   const pdLen = buf.readUInt16BE(18);
   if (pdLen > MPA_MAX_PRIVATE_DATA) {
-    throw new MpaError('MPA_INVALID_FRAME', 'MPA private data length exceeds 512', { pdLen });
+    throw new MpaError(
+      'MPA_INVALID_FRAME',
+      `MPA private data length ${pdLen} exceeds ${MPA_MAX_PRIVATE_DATA} (RFC 5044 §7.1)`,
+      { pdLen, max: MPA_MAX_PRIVATE_DATA },
+    );
   }
+  return pdLen;
+}
+
+/**
+ * Bytes the frame starting at `buf[0]` needs in total, or -1 while the fixed header is incomplete.
+ * Throws MpaError (MPA_INVALID_FRAME) as soon as the header is in and is not a valid one (wrong key,
+ * Private Data Length over 512): the frame is refused then, not after waiting for bytes a conforming
+ * peer never sends (Linux siw checks the length on the header alone too: siw_recv_mpa_rr, -EPROTO).
+ */
+export function mpaFrameLength(buf: Buffer, expectReply: boolean): number {
+  if (buf.length < MPA_HEADER_SIZE) return -1;
+  return MPA_HEADER_SIZE + checkHeader(buf, expectReply);
+}
+
+/** Decodes a complete frame; throws MpaError (code MPA_INVALID_FRAME) when it is not one. */
+export function decodeMpa(buf: Buffer, expectReply: boolean): MpaFrame {
+  const pdLen = checkHeader(buf, expectReply);
+  const flags = buf[16];
+  const revision = buf[17];
   if (revision !== 1 && revision !== 2) {
     throw new MpaError('MPA_INVALID_FRAME', 'unsupported MPA revision', { revision });
   }
