@@ -330,7 +330,14 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
     details: Record<string, unknown>,
   ): void {
     this.stats.errors[code] = (this.stats.errors[code] ?? 0) + 1;
-    if (conn.closed || conn.closing) return;
+    if (conn.closed) return;
+    if (conn.closing) {
+      // Closing gracefully (the admin API, the server stopping), it waits for its calls in flight: this one
+      // will never be answered, so it is over now — else the close would wait for it for ever, with the
+      // socket paused and the connection's slot held. The client retransmits it on its next connection.
+      conn.release();
+      return;
+    }
     this.stats.clientsClosed++;
     conn.log.warn({ code, ...details }, `${message}; closing the client so that it retransmits`);
     conn.destroy(code, message, details);

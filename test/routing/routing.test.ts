@@ -7,6 +7,7 @@ import test from 'ava';
 import { BufferPool } from '../../common/buffer-pool.js';
 import { ConfigError } from '../../common/errors.js';
 import { type GatewayConfig, loadConfig } from '../../gateway/config.js';
+import { gatewayControl } from '../../gateway/control.js';
 import {
   Dispatcher,
   listenPlanFor,
@@ -15,6 +16,7 @@ import {
   routingTableFor,
 } from '../../gateway/dispatch.js';
 import { type Gateway, startGateway } from '../../gateway/gateway.js';
+import { silentLogger } from '../../gateway/logging.js';
 import { Passthrough } from '../../gateway/passthrough/passthrough.js';
 import { Portmapper } from '../../gateway/portmapper/index.js';
 import { MOUNT_PROGRAM, NFS_PROGRAM, PORTMAP_PROGRAM } from '../../gateway/portmapper/programs.js';
@@ -492,4 +494,29 @@ test('stop() while a passthrough call is held by an upstream that never answers 
   // The drain time (the client waits for its call), then the upstream connection goes at once.
   t.true(Date.now() - started < 1500, `stopped after ${Date.now() - started} ms`);
   t.is(g.snapshot().passthrough?.upstreamLost, 0, 'closed on purpose, not lost');
+});
+
+test('a client closed through the admin API whose passthrough call then fails is let go at once', async (t) => {
+  const silent = await silentServer();
+  t.teardown(() => silent.close());
+  const flags = { routes: [`test=tcp@127.0.0.1:${silent.port}`] };
+  const g = await gatewayWith(flags);
+  t.teardown(() => g.stop(1000));
+  const rpc = await RpcClient.connect({ host: '127.0.0.1', port: g.addresses[0].port });
+  t.teardown(() => rpc.destroy());
+  const call = rpc.call(TEST_PROGRAM, TEST_VERSION, TestProc.NULL);
+  call.catch(() => undefined); // asserted below
+  await waitFor(() => silent.received() > 0, 'the call at the upstream');
+  const control = gatewayControl(g, { config: config(flags), logger: silentLogger() });
+  const [client] = control.clients();
+  t.true(control.closeClient(client.id, 'the test closes it'));
+  await new Promise((r) => setTimeout(r, 50));
+  t.is(g.frontend.stats.connectionsOpen, 1, 'a graceful close waits for the call in flight');
+  // The upstream goes away with the call on it: no reply will ever come for it.
+  await silent.close();
+  await waitFor(() => g.frontend.stats.connectionsOpen === 0, 'the client connection closed', 1000);
+  t.is(g.frontend.stats.callsInFlight, 0);
+  t.is(g.frontend.stats.closes.CLOSED_BY_ADMIN, 1);
+  t.is(g.snapshot().passthrough?.errors.ERR_UPSTREAM_LOST, 1);
+  await t.throwsAsync(call, { code: 'ERR_CLIENT_CLOSED' });
 });
