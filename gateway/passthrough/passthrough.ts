@@ -21,7 +21,7 @@ import type { BufferPool } from '../../common/buffer-pool.js';
 import { U32Map } from '../../common/u32-map.js';
 import { AuthFlavor } from '../../rpc/constants.js';
 import { formatHostPort, type HostPort } from '../../tcp-frontend/address.js';
-import type { CallReceiver, RpcClientError, RpcReply } from '../../tcp-frontend/client.js';
+import { type CallReceiver, RpcClientError, type RpcReply } from '../../tcp-frontend/client.js';
 import { DEFAULT_MAX_RECORD_SIZE } from '../../tcp-frontend/record-marking.js';
 import type { FrontendConnection } from '../../tcp-frontend/server.js';
 import type { Route, TcpRouteHandler } from '../dispatch.js';
@@ -283,8 +283,23 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
       return;
     }
     f.link = link;
-    f.xid = f.gss ? f.clientXid : link.allocateXid();
-    if (!f.gss) record.writeUInt32BE(f.xid, 0);
+    if (f.gss) {
+      // The GSS checksum covers the XID: it goes upstream as it is, reserved on this connection so that no
+      // other client's call is given it meanwhile.
+      f.xid = f.clientXid;
+      if (!link.reserveXid(f.xid)) {
+        this.onCallFailed(
+          f,
+          new RpcClientError('ERR_CLIENT_XID_IN_USE', `xid ${f.xid} already has a call outstanding`, {
+            xid: f.xid,
+          }),
+        );
+        return;
+      }
+    } else {
+      f.xid = link.allocateXid();
+      record.writeUInt32BE(f.xid, 0);
+    }
     // A refusal (XID in use, client closing) is reported from inside forwardRaw: like a missing upstream
     // in forward(), it closes the client from within its dispatch, which the frontend allows.
     link.client.forwardRaw([record], this, f);
@@ -297,7 +312,7 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
     // Answered, so the upstream read the whole call: no write holds the record now. (A failed call's
     // record is left to the collector: its lost socket may still hold it.)
     this.recordPool?.release(f.record);
-    if (!f.gss) f.link.releaseXid(f.xid);
+    f.link.releaseXid(f.xid);
     if (f.conn.closed) {
       this.stats.orphanedReplies++;
       return;
@@ -312,7 +327,8 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
   onCallFailed(f: Forwarded, err: RpcClientError): void {
     this.stats.inFlight--;
     over(f);
-    if (!f.gss) f.link.releaseXid(f.xid);
+    // A call refused for its XID never held it: the XID is the other call's.
+    if (err.code !== 'ERR_CLIENT_XID_IN_USE') f.link.releaseXid(f.xid);
     if (f.conn.closed) return;
     this.unreserve(f.conn);
     const code = err.code === 'ERR_CLIENT_XID_IN_USE' ? err.code : 'ERR_UPSTREAM_LOST';

@@ -23,7 +23,7 @@ export interface UpstreamPoolOptions {
   logger: Logger;
 }
 
-/** One upstream connection and the gateway XIDs in use on it. */
+/** One upstream connection and the XIDs in use on it: the gateway's, and the RPCSEC_GSS calls' own. */
 export class UpstreamLink {
   private readonly inUse = new Set<number>();
   /** Starts at a random value so that a restarted gateway does not reuse recent XIDs (the server's DRC). */
@@ -45,6 +45,17 @@ export class UpstreamLink {
     this.nextXid = xid;
     this.inUse.add(xid);
     return xid;
+  }
+
+  /**
+   * Reserves an XID the caller must keep (an RPCSEC_GSS call's: its checksum covers it), so that
+   * `allocateXid` never hands it to another call while it is in flight. False when a call on this
+   * connection already has it.
+   */
+  reserveXid(xid: number): boolean {
+    if (this.inUse.has(xid)) return false;
+    this.inUse.add(xid);
+    return true;
   }
 
   releaseXid(xid: number): void {

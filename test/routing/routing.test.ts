@@ -520,3 +520,57 @@ test('a client closed through the admin API whose passthrough call then fails is
   t.is(g.snapshot().passthrough?.errors.ERR_UPSTREAM_LOST, 1);
   await t.throwsAsync(call, { code: 'ERR_CLIENT_CLOSED' });
 });
+
+test('tcp route: a gateway XID is never one an RPCSEC_GSS call in flight keeps upstream', async (t) => {
+  const held: { conn: FrontendConnection; xid: number }[] = [];
+  const upstream = new FrontendServer({
+    listen: [{ host: '127.0.0.1', port: 0 }],
+    handler: {
+      onRecord: (conn, record) => held.push({ conn, xid: record.readUInt32BE(0) }),
+      onClose: () => {},
+    },
+  });
+  const [up] = await upstream.listen();
+  t.teardown(() => upstream.close({ drainTimeoutMs: 0 }));
+  const g = await gatewayWith({ routes: [`test=tcp@127.0.0.1:${up.port}`] });
+  t.teardown(() => g.stop(1000));
+  const port = g.addresses[0].port;
+  const w = new XdrWriter(64);
+  encodeCallHeader(w, {
+    xid: 0x5000,
+    prog: TEST_PROGRAM,
+    vers: TEST_VERSION,
+    proc: TestProc.NULL,
+    cred: { flavor: AuthFlavor.RPCSEC_GSS, body: Buffer.alloc(8, 1) },
+  });
+  const a = await RpcClient.connect({ host: '127.0.0.1', port });
+  const b = await RpcClient.connect({ host: '127.0.0.1', port });
+  t.teardown(() => {
+    a.destroy();
+    b.destroy();
+  });
+  const gss = a.callRaw([w.toBuffer()]);
+  gss.catch(() => undefined); // asserted below
+  await waitFor(() => held.length === 1, 'the GSS call upstream');
+  // The upstream connection's next gateway XID is made to be the GSS call's, still in flight.
+  const passthrough = g.routing!.passthrough as unknown as { pools: Map<string, { links: object[] }> };
+  const [link] = [...passthrough.pools.values()][0].links as { nextXid: number }[];
+  link.nextXid = 0x5000 - 1;
+  const plain = b.callRaw([callMessage(0x5000, TEST_PROGRAM, TEST_VERSION, TestProc.NULL)]);
+  plain.catch(() => undefined); // asserted below
+  await waitFor(
+    () => held.length === 2 || g.snapshot().passthrough?.errors.ERR_CLIENT_XID_IN_USE !== undefined,
+    'the second call upstream, or refused',
+  );
+  t.is(g.snapshot().passthrough?.errors.ERR_CLIENT_XID_IN_USE, undefined, 'no client closed for it');
+  t.is(held.length, 2);
+  t.not(held[1].xid, 0x5000, 'the plain call went under another XID');
+  for (const h of held) {
+    const r = new XdrWriter(32);
+    encodeAcceptedReply(r, { xid: h.xid, acceptStat: AcceptStat.SUCCESS });
+    h.conn.sendReply([r.toBuffer()]);
+  }
+  t.is((await gss).xid, 0x5000);
+  t.is((await plain).xid, 0x5000);
+  t.is(g.snapshot().passthrough?.inFlight, 0);
+});
