@@ -191,11 +191,20 @@ export class GatewayControlAdapter
     o: GatewayControlOptions,
   ) {
     super(o);
+    // A stopping gateway parks nothing more and reconnects nothing: the timers and the pool listener end.
+    gateway.onStop(() => this.close());
+  }
+
+  /** Ends the park timers and the pool listener (the gateway is stopping). */
+  close(): void {
+    for (const id of [...this.parkTimers.keys()]) this.cancelPark(id);
+    this.stopWatchingPool?.();
+    this.stopWatchingPool = null;
   }
 
   /** Follows reconnects of offline slots: the new connection of such a slot starts out of rotation. */
   private watchPool(): void {
-    if (this.stopWatchingPool) return;
+    if (this.stopWatchingPool || this.gateway.stopping) return;
     this.stopWatchingPool = this.gateway.pool.onReady((conn) => {
       const slot = this.gateway.pool.snapshot().slots.find((s) => s.connection?.id === conn.id);
       if (slot && this.offlineSlots.has(slot.index)) this.gateway.router.setOffline(conn, true);
@@ -526,6 +535,7 @@ export class GatewayControlAdapter
    */
   private parkWhenIdle(id: number): void {
     this.cancelPark(id);
+    if (this.gateway.stopping) return;
     const drainMs = this.o.offlineDrainMs ?? 30_000;
     const deadline = Date.now() + drainMs;
     const timer = setInterval(() => {

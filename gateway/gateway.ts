@@ -140,6 +140,16 @@ export class Gateway {
   stopping = false;
   /** True once `stop()` is done. */
   stopped = false;
+  private readonly stopListeners = new Set<() => void>();
+
+  /**
+   * Calls `listener` once, when `stop()` starts: what watches the gateway from outside (the admin API's
+   * adapter, with its timers and pool listener) ends there. Returns the listener's removal.
+   */
+  onStop(listener: () => void): () => void {
+    this.stopListeners.add(listener);
+    return () => this.stopListeners.delete(listener);
+  }
 
   snapshot(): GatewaySnapshot {
     return {
@@ -162,6 +172,8 @@ export class Gateway {
   async stop(drainTimeoutMs = 30_000): Promise<void> {
     this.stopping = true;
     const deadline = Date.now() + drainTimeoutMs;
+    for (const listener of this.stopListeners) listener();
+    this.stopListeners.clear();
     this.log.info({ drainTimeoutMs, inFlight: this.frontend.stats.callsInFlight }, 'draining');
     if (this.routing && this.routing.registered.length > 0)
       await registerWithRpcbind(this.routing.registered, 'unset', this.log);

@@ -41,7 +41,7 @@ export function registerProcessWriteRoutes(app: FastifyInstance, control: Proces
         summary:
           control.serverInfo().role === 'responder'
             ? 'Drain: /readyz answers 503, new RDMA connections are refused, the accepted ones go on'
-            : 'Drain: /readyz answers 503, no new calls are taken, calls in flight finish',
+            : 'Drain: /readyz answers 503, new TCP connections are refused, the open ones go on',
         tags: ['lifecycle'],
         security,
         response: responses(Drain, 200, WRITE_ERRORS),
@@ -61,7 +61,7 @@ export function registerProcessWriteRoutes(app: FastifyInstance, control: Proces
         summary:
           control.serverInfo().role === 'responder'
             ? 'Cancel a drain: accept RDMA connections again'
-            : 'Cancel a drain: take calls again',
+            : 'Cancel a drain: accept TCP connections again',
         tags: ['lifecycle'],
         security,
         response: responses(Drain, 200, WRITE_ERRORS),

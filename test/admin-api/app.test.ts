@@ -153,6 +153,11 @@ test('the OpenAPI document validates and documents exactly the routes tested her
       const op = doc.paths[c.op][c.method] as { security?: unknown };
       t.is(op.security !== undefined, c.write, `${c.method} ${c.op}`);
     }
+    // A gateway's drain (`Gateway.drain`) refuses new TCP connections; the open ones keep sending calls.
+    const summary = (path: string) => (doc.paths[path].post as { summary?: string }).summary ?? '';
+    t.regex(summary('/v1/drain'), /new TCP connections are refused, the open ones go on/);
+    t.notRegex(summary('/v1/drain'), /no new calls/);
+    t.regex(summary('/v1/drain/cancel'), /accept TCP connections again/);
   } finally {
     await h.api.close();
   }

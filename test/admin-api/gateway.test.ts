@@ -10,13 +10,13 @@ import test from 'ava';
 import parsePrometheus from 'parse-prometheus-text-format';
 import { request } from 'undici';
 import { type AdminApi, createAdminApi } from '../../admin-api/index.js';
-import { gatewayControl } from '../../gateway/control.js';
+import { GatewayControlAdapter, gatewayControl } from '../../gateway/control.js';
 import { type Gateway, startGateway } from '../../gateway/gateway.js';
 import { TEST_PROGRAM, TestProgramClient } from '../../gateway/test-program/index.js';
 import { sourcePattern } from '../../gateway/test-program/pattern.js';
 import { AcceptStat } from '../../rpc/constants.js';
 import { RpcClient } from '../../tcp-frontend/client.js';
-import { captureLogger, waitFor } from '../gateway/helpers.js';
+import { captureLogger, silentServer, waitFor } from '../gateway/helpers.js';
 import { testConfig } from '../integration/helpers.js';
 
 const TOKEN = 'e2e-token-7f3a9c';
@@ -668,4 +668,35 @@ test('while stop() drains, /readyz says draining and the state is stopping, then
     await h.client.rpc.close().catch(() => {});
     await h.api.close();
   }
+});
+
+test("stop() ends an offline slot's park timer and the adapter's pool listener", async (t) => {
+  // The embedded responder forwards to an upstream that never answers: the call stays in flight on slot 0.
+  const silent = await silentServer();
+  t.teardown(() => silent.close());
+  const config = testConfig({ poolSize: 1 });
+  config.upstream = { host: '127.0.0.1', port: silent.port };
+  const g = await startGateway({ config, backoff: { initialMs: 50, maxMs: 500 } });
+  const { logger } = captureLogger();
+  const control = new GatewayControlAdapter(g, { config, logger, offlineDrainMs: 60_000 });
+  const rpc = await RpcClient.connect({ host: '127.0.0.1', port: g.addresses[0].port });
+  t.teardown(() => rpc.destroy());
+  rpc.call(TEST_PROGRAM, 1, 0).catch(() => undefined);
+  await waitFor(() => silent.received() > 0, 'the call held upstream');
+  await control.upstreamAction(0, 'offline');
+  const internals = control as unknown as { parkTimers: Map<number, unknown>; stopWatchingPool: unknown };
+  await new Promise((r) => setTimeout(r, 60));
+  t.is(internals.parkTimers.size, 1, 'slot 0 drains its call in flight');
+  t.not(internals.stopWatchingPool, null);
+  const parked: number[] = [];
+  const park = g.pool.park.bind(g.pool);
+  g.pool.park = (index, reason) => {
+    parked.push(index);
+    park(index, reason);
+  };
+  await g.stop(100);
+  t.is(internals.parkTimers.size, 0, 'no park timer outlives the stop');
+  t.is(internals.stopWatchingPool, null, 'the pool listener is removed');
+  await new Promise((r) => setTimeout(r, 100));
+  t.deepEqual(parked, [], 'nothing parked on a stopped gateway');
 });
