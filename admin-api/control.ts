@@ -260,6 +260,10 @@ export interface UpstreamCounters {
   registrations: number;
   retries: number;
   droppedMessages: number;
+  /** Calls we serve refused because the device would not register their memory (MR limit, locked memory). */
+  resourceFailures?: number;
+  /** Replies exposed in responder-provided Read chunks revoked because no RDMA2_DONE came (seed 002). */
+  rprcExpired?: number;
   /** RPC-over-RDMA errors by code (`ERR_VERS`, `ERR_CHUNK`, ...) and direction. */
   errorsSent: Record<string, number>;
   errorsReceived: Record<string, number>;

@@ -521,6 +521,18 @@ function renderRdmaConnections(
     perUpstream(ups, (u) => u.droppedMessages),
   );
   w.family(
+    `${P}rdma_resource_failures_total`,
+    'counter',
+    'Calls served that were refused because the device would not register their memory (MR limit, locked memory).',
+    perUpstream(ups, (u) => u.resourceFailures ?? 0),
+  );
+  w.family(
+    `${P}rdma_rprc_expired_total`,
+    'counter',
+    'Replies exposed in responder-provided Read chunks revoked because the peer sent no RDMA2_DONE in time.',
+    perUpstream(ups, (u) => u.rprcExpired ?? 0),
+  );
+  w.family(
     `${P}rdma_errors_total`,
     'counter',
     'RPC-over-RDMA error messages, by direction and code.',

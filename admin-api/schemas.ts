@@ -176,6 +176,14 @@ const ConnectionCounters = Type.Object({
   registrations: Int(),
   retries: Int(),
   droppedMessages: Int(),
+  resourceFailures: Type.Optional(
+    Int(
+      'calls we serve refused because the device would not register their memory (MR limit, locked memory)',
+    ),
+  ),
+  rprcExpired: Type.Optional(
+    Int('replies exposed in responder-provided Read chunks revoked because no RDMA2_DONE came in time'),
+  ),
   errorsSent: Counts('RPC-over-RDMA errors sent, by code'),
   errorsReceived: Counts('RPC-over-RDMA errors received, by code'),
   creditStalls: Type.Optional(Int()),

@@ -131,6 +131,8 @@ const SUMMED: readonly (keyof ConnectionCounters)[] = [
   'replyChunkCalls',
   'creditStalls',
   'droppedMessages',
+  'resourceFailures',
+  'rprcExpired',
   'bytesSent',
   'bytesReceived',
 ];
@@ -650,6 +652,8 @@ export function transportCounters(id: number, peer: string, v: (k: keyof Connect
     remoteInvalidations: v('remoteInvalidations'),
     retries: v('retries'),
     droppedMessages: v('droppedMessages'),
+    resourceFailures: v('resourceFailures'),
+    rprcExpired: v('rprcExpired'),
     creditStalls: v('creditStalls'),
   };
 }

@@ -497,6 +497,8 @@ test('/metrics parses as Prometheus text and follows the conventions', async (t)
     t.is(value('rpcrdma_gateway_rdma_invalidations_total', { upstream: '0', kind: 'remote' }), 2);
     t.is(value('rpcrdma_gateway_rdma_errors_total', { direction: 'received', code: 'ERR_CHUNK' }), 1);
     t.is(value('rpcrdma_gateway_rdma_credits_granted', { upstream: '0' }), 32);
+    t.is(value('rpcrdma_gateway_rdma_resource_failures_total', { upstream: '0' }), 3);
+    t.is(value('rpcrdma_gateway_rdma_rprc_expired_total', { upstream: '0' }), 1);
     t.is(value('rpcrdma_gateway_rdma_disconnects_total', { reason: 'peer closed' }), 1);
     t.is(value('rpcrdma_gateway_ready'), 1);
     t.is(value('rpcrdma_gateway_rdma_connection_ready', { upstream: '1' }), 1);

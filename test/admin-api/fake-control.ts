@@ -90,6 +90,8 @@ export function counters(): GatewayCounters {
       registrations: 4,
       retries: 0,
       droppedMessages: 0,
+      resourceFailures: 3,
+      rprcExpired: 1,
       errorsSent: {},
       errorsReceived: { ERR_CHUNK: 1 },
       connects: 2,

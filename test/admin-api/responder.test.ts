@@ -166,6 +166,16 @@ test('ready with only its RDMA listener; connections, counters and metrics follo
     t.is(ready.length, 2);
     t.true(ready.every((s) => s.value === '1'));
     t.true(m.has('process_cpu_seconds_total'), 'the process metrics follow');
+    // The transport's refusals for want of registrations, and its revoked exposed replies: none here.
+    t.deepEqual(sum('resourceFailures'), 0);
+    for (const name of ['rdma_resource_failures_total', 'rdma_rprc_expired_total']) {
+      const series = m.get(`rpcrdma_gateway_${name}`) ?? [];
+      t.is(series.length, 2, name);
+      t.true(
+        series.every((s) => s.value === '0'),
+        name,
+      );
+    }
 
     // The gateway's own routes are not served by a responder.
     for (const path of ['/v1/clients', '/v1/upstreams']) t.is((await json(h, 'GET', path)).status, 404, path);
