@@ -314,14 +314,43 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
     p.inbound = null;
     if (!this.rdmaClosed) {
       const items = p.planned ? this.locateResults(p, inbound, record) : NO_ITEMS;
-      // An owned record comes back through onReplyReleased; a lent one is ours again on return.
-      (this.conn as RpcRdmaConnection).reply(inbound, record, items, lent);
-      this.o.stats.repliesSent++;
+      try {
+        // An owned record comes back through onReplyReleased; a lent one is ours again on return.
+        (this.conn as RpcRdmaConnection).reply(inbound, record, items, lent);
+        this.o.stats.repliesSent++;
+      } catch (err) {
+        this.replyFailed(inbound, xid, err as Error);
+      }
     } else if (!lent) {
       this.o.pool.release(record);
     }
     this.free.push(p);
     if (this.rdmaClosed && this.pending.size === 0) this.endUpstream();
+  }
+
+  /**
+   * The transport threw while sending an upstream reply (it answers what it cannot send itself, so this
+   * is a fault of ours, not of the upstream's stream). The reply is lost: its call is refused with
+   * RDMA2_ERR_SYSTEM (ERR_CHUNK in Version 1) so that the requester is not left waiting, and the upstream
+   * connection and the other calls go on. Caught here rather than around the record decoder, where it
+   * would be taken for a broken stream, close a healthy upstream, and drop the rest of the read. A reply
+   * that cannot even be refused ends the RDMA connection: the requester resends its calls on another.
+   */
+  private replyFailed(inbound: InboundCall, xid: number, err: Error): void {
+    this.o.log.error(
+      { code: 'ERR_RESPONDER_REPLY_FAILED', xid, err },
+      'the transport could not send an upstream reply: its call is refused, the upstream and the other calls go on',
+    );
+    const conn = this.conn as RpcRdmaConnection;
+    try {
+      conn.replyError(inbound, { code: RDMA2_ERR_SYSTEM });
+    } catch (again) {
+      this.o.log.error(
+        { code: 'ERR_RESPONDER_REPLY_FAILED', xid, err: again },
+        'the call could not be refused either: closing its RDMA connection',
+      );
+      conn.close();
+    }
   }
 
   /**

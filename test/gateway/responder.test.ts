@@ -290,6 +290,46 @@ test('an upstream reply over the record limit fails only its call; the connectio
   t.is(responder.stats.oversizedReplies, 1);
 });
 
+test('a reply the transport fails to send refuses only its call: the upstream is kept and the rest of its read served', async (t) => {
+  const u = await upstream((s, rec) => {
+    const xid = rec.readUInt32BE(0);
+    // Calls 1 and 2 are answered together, in one write: the two replies arrive in one read.
+    if (xid === 2)
+      s.write(
+        Buffer.concat([...frameRecord(reply(1, Buffer.alloc(4))), ...frameRecord(reply(2, Buffer.alloc(4)))]),
+      );
+    else if (xid !== 1) s.write(Buffer.concat(frameRecord(reply(xid, Buffer.alloc(4)))));
+  });
+  const { responder, conn, outcomes } = await chain(t, u);
+  // A fault of the transport's own, injected: the responder's reply to call 1 throws.
+  const proto = RpcRdmaConnection.prototype;
+  const realReply = proto.reply;
+  let thrown = 0;
+  proto.reply = function (this: RpcRdmaConnection, inbound, ...rest) {
+    if (this !== conn && inbound.xid === 1 && thrown++ === 0) throw new Error('injected reply fault');
+    return realReply.call(this, inbound, ...rest);
+  };
+  t.teardown(() => {
+    proto.reply = realReply;
+  });
+  conn.submit(call(1));
+  conn.submit(call(2));
+  await waitFor(
+    () => outcomes.failures.length === 1 && outcomes.replies.length === 1,
+    'call 1 refused, call 2 answered',
+  );
+  t.is(thrown, 1);
+  t.is(outcomes.failures[0].code, 'ERR_TRANSPORT_PEER_SYSTEM', 'refused with RDMA2_ERR_SYSTEM');
+  t.is(outcomes.replies[0].readUInt32BE(0), 2, 'the reply after it in the same read was served');
+  t.is(u.sockets.length, 1);
+  t.false(u.sockets[0].destroyed, 'the upstream connection is kept');
+  conn.submit(call(3));
+  await waitFor(() => outcomes.replies.length === 2, 'the next call answered on the same upstream');
+  t.is(u.sockets.length, 1);
+  t.is(conn.state, 'ready');
+  t.is(responder.stats.pending, 0);
+});
+
 test('small records lent from the read buffer: a stray reply is counted and dropped, a callback copied, the reply intact', async (t) => {
   const cbArgs = Buffer.from('callback arguments, kept by the backward call');
   const u = await upstream((s, rec) => {
