@@ -301,17 +301,14 @@ test('a reply the transport fails to send refuses only its call: the upstream is
     else if (xid !== 1) s.write(Buffer.concat(frameRecord(reply(xid, Buffer.alloc(4)))));
   });
   const { responder, conn, outcomes } = await chain(t, u);
-  // A fault of the transport's own, injected: the responder's reply to call 1 throws.
-  const proto = RpcRdmaConnection.prototype;
-  const realReply = proto.reply;
+  // A fault of the transport's own, injected into this responder's connection: its reply to call 1 throws.
+  const [served] = responder.rdmaConnections();
+  const realReply = served.reply;
   let thrown = 0;
-  proto.reply = function (this: RpcRdmaConnection, inbound, ...rest) {
-    if (this !== conn && inbound.xid === 1 && thrown++ === 0) throw new Error('injected reply fault');
+  served.reply = function (this: RpcRdmaConnection, inbound, ...rest) {
+    if (inbound.xid === 1 && thrown++ === 0) throw new Error('injected reply fault');
     return realReply.call(this, inbound, ...rest);
   };
-  t.teardown(() => {
-    proto.reply = realReply;
-  });
   conn.submit(call(1));
   conn.submit(call(2));
   await waitFor(
