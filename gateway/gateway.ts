@@ -197,7 +197,9 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   const embeddedPeer = config.rdma.peer === 'embedded';
   // The embedded chain is the soft provider's job unless the configuration insists on native.
   const choice = embeddedPeer && config.rdma.provider === 'auto' ? 'soft' : config.rdma.provider;
-  const selected = selectProvider(choice, { soft: { crc: config.rdma.softCrc } });
+  const selected = selectProvider(choice, {
+    soft: { crc: config.rdma.softCrc, logger: log.child({ component: 'soft-provider' }) },
+  });
   const provider = selected.provider;
   const reason =
     choice !== config.rdma.provider ? 'soft provider: the embedded chain runs in userspace' : selected.reason;

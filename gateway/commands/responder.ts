@@ -31,7 +31,9 @@ export async function responder(ctx: CommandContext): Promise<number> {
     base: { role: 'responder' },
   });
   const log = root;
-  const { provider, reason } = selectProvider(config.rdma.provider, { soft: { crc: config.rdma.softCrc } });
+  const { provider, reason } = selectProvider(config.rdma.provider, {
+    soft: { crc: config.rdma.softCrc, logger: log.child({ component: 'soft-provider' }) },
+  });
   const transport = transportOptions(config, config.rdma.credits, log.child({ component: 'transport' }));
   let testProgram: TestProgramServer | null = null;
   let upstream = config.upstream;
