@@ -268,7 +268,7 @@ test('a start-up that fails after something started exits by itself with its cod
         '127.0.0.1:0',
       ],
       1,
-      new RegExp(`cannot listen on 127\\.0\\.0\\.1:${takenPort}`),
+      new RegExp(`cannot listen on 127\\.0\\.0\\.1:${takenPort}: EADDRINUSE`),
     ],
   ];
   for (const [command, args, code, message] of cases) {

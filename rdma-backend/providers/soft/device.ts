@@ -223,10 +223,19 @@ export class SoftDevice implements Device {
     });
     this.listeners.add(server);
     return new Promise((resolve, reject) => {
-      const listenFailed = (err: Error): void => {
+      const listenFailed = (err: NodeJS.ErrnoException): void => {
         this.listeners.delete(server);
+        // The system's reason in the message too (EADDRINUSE, EACCES, EADDRNOTAVAIL): the CLI prints
+        // the message alone.
         reject(
-          new VerbsError('VERBS_ADDRESS', `cannot listen on ${o.host}:${o.port}`, { cause: String(err) }),
+          new VerbsError(
+            'VERBS_ADDRESS',
+            `cannot listen on ${o.host}:${o.port}: ${err.code ?? err.message}`,
+            {
+              cause: String(err),
+              errorCode: err.code,
+            },
+          ),
         );
       };
       server.once('error', listenFailed);
