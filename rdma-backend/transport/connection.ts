@@ -631,7 +631,9 @@ export class RpcRdmaConnection {
     switch (e.type) {
       case CmEventType.ESTABLISHED:
         this.wasEstablished = true;
-        this.ord = Math.max(1, this.vconn.ord);
+        // As negotiated: 0 means no RDMA Read may go (a call with Read chunks is refused, a reply to pull
+        // fails), not 1, which the verbs would refuse at post and so close the connection.
+        this.ord = this.vconn.ord;
         if (this.role === 'client') {
           this.peerPrivateData = decodePrivateData(e.privateData);
           this.startNegotiation();

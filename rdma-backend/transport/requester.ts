@@ -553,7 +553,10 @@ export function pullReply(c: RpcRdmaConnection, st: CallState, h: V2NoMsg): void
   }
   let sink: ChunkRegistration | null = null;
   let why = 'cannot pull a responder-provided Read chunk';
-  if (!bad && total <= c.opts.maxChunkSize) {
+  // With an ORD of 0 (the responder's IRD) no Read may go: the reply cannot be pulled.
+  if (c.ord === 0)
+    why = 'cannot pull a responder-provided Read chunk: the ORD is 0 (the responder takes no RDMA Reads)';
+  else if (!bad && total <= c.opts.maxChunkSize) {
     try {
       sink = c.registrar.acquireTarget(Math.max(total, 1));
     } catch (e) {

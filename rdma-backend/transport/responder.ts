@@ -127,6 +127,18 @@ export function onInboundCall(
     );
     return;
   }
+  if (positions.length > 0 && c.ord === 0) {
+    // The peer's IRD is 0 (or ours an ORD of 0): no RDMA Read may go (RFC 5040 §6.4), so its Read chunks
+    // can never be pulled. Refused, not left waiting for a Read that never goes (the verbs refuse it).
+    sendError(
+      c,
+      xid,
+      version,
+      { code: errorFor(version, RDMA2_ERR_SYSTEM) },
+      { reason: 'a call with Read chunks on a connection whose ORD is 0 (the peer takes no RDMA Reads)' },
+    );
+    return;
+  }
   for (let i = 0; i < lengths.length; i++) {
     if (lengths[i] > c.opts.maxChunkSize) {
       sendError(

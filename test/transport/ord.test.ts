@@ -65,3 +65,21 @@ for (const offerRtr of ['read', 'both'] as const) {
     }
   });
 }
+
+test('a requester IRD of 0: a call with a Read chunk is refused (nothing can pull it), the connection and inline calls go on', async (t) => {
+  const lb = await loopback({ client: { ird: 0 }, server: { maxReadChunks: 8 } });
+  try {
+    lb.client.submit(manyItemCall(1, 1, 5003));
+    const [refused] = await lb.collector.wait(1);
+    t.is(lb.server.ord, 0, "the requester's IRD 0 leaves the responder no Read");
+    t.is(refused.error?.code, 'ERR_TRANSPORT_PEER_SYSTEM', refused.error?.message);
+    t.is(lb.server.snapshot().counters.rdmaReads, 0);
+    lb.client.submit(TestCall.echo(2, Buffer.from('inline'), false));
+    const outs = await lb.collector.wait(2);
+    t.falsy(outs[1].error, outs[1].error?.message);
+    t.is(lb.client.state, 'ready');
+    t.is(lb.server.state, 'ready');
+  } finally {
+    await lb.close();
+  }
+});
