@@ -107,6 +107,8 @@ test('a call times out; its late reply is counted and ignored', async (t) => {
   const { server, port } = await start(h);
   const client = await RpcClient.connect({ host: '127.0.0.1', port });
   await t.throwsAsync(client.call(PROG, 1, 0, [], { timeoutMs: 50 }), { code: 'ERR_CLIENT_TIMEOUT' });
+  // On a busy machine the 50 ms can pass before the server has read the call: answered only once it has.
+  await waitFor(() => h.held.length === 1, 'the call at the server');
   h.answer();
   await waitFor(() => client.stats.lateReplies === 1, 'the late reply');
   t.is(client.outstanding, 0);
