@@ -734,9 +734,13 @@ test('a call whose Read chunk is still being pulled is not reaped, however many 
   const w = await testResponder(t, { idleTimeoutMs: MANUAL_SWEEPS });
   const outcomes = new Outcomes();
   const conn = await w.connect(outcomes);
-  const server = w.responder.rdmaConnections()[0] as unknown as RpcRdmaConnection & { ord: number };
-  const ord = server.ord;
-  server.ord = 0; // its RDMA Reads wait (a slow peer, a busy ORD)
+  const server = w.responder.rdmaConnections()[0] as unknown as RpcRdmaConnection & {
+    ord: number;
+    readsOutstanding: number;
+  };
+  // Its RDMA Reads wait, as behind a busy ORD (a slow peer): every Read the ORD allows counted out.
+  // (Not an ORD of 0, which refuses a call with Read chunks at once.)
+  server.readsOutstanding = server.ord;
   const data = Buffer.alloc(8192, 0x5a);
   const withChunk: TransportCall = {
     xid: 31,
@@ -750,7 +754,7 @@ test('a call whose Read chunk is still being pulled is not reaped, however many 
   for (let i = 0; i < 3; i++) w.responder.sweepIdle();
   t.is(w.responder.stats.idleClosed, 0, 'not reaped while its chunk is being pulled');
   t.is(conn.state, 'ready');
-  server.ord = ord;
+  server.readsOutstanding = 0;
   pumpReads(server);
   await waitFor(() => outcomes.replies.length === 1, 'the reply');
   t.is(outcomes.failures.length, 0);
