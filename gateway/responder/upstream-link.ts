@@ -319,7 +319,7 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
         (this.conn as RpcRdmaConnection).reply(inbound, record, items, lent);
         this.o.stats.repliesSent++;
       } catch (err) {
-        this.replyFailed(inbound, xid, err as Error);
+        this.replyFailed(xid, err as Error);
       }
     } else if (!lent) {
       this.o.pool.release(record);
@@ -329,28 +329,19 @@ export class UpstreamLink implements ResponderHandler, RequesterHandler<Backward
   }
 
   /**
-   * The transport threw while sending an upstream reply (it answers what it cannot send itself, so this
-   * is a fault of ours, not of the upstream's stream). The reply is lost: its call is refused with
-   * RDMA2_ERR_SYSTEM (ERR_CHUNK in Version 1) so that the requester is not left waiting, and the upstream
-   * connection and the other calls go on. Caught here rather than around the record decoder, where it
-   * would be taken for a broken stream, close a healthy upstream, and drop the rest of the read. A reply
-   * that cannot even be refused ends the RDMA connection: the requester resends its calls on another.
+   * The transport threw while sending an upstream reply. It answers what it cannot send itself (a
+   * refused registration, a reply too large), so this is a fault of ours, not of the upstream's stream,
+   * and what the transport had taken for the reply (its send buffer, registrations, the call marked
+   * answered) is unknown: the RDMA connection is closed as failed, so that the requester resends its
+   * calls on another, rather than one call hanging. Caught here rather than around the record decoder,
+   * where it was taken for a broken stream: the upstream closed for a fault that was not its own.
    */
-  private replyFailed(inbound: InboundCall, xid: number, err: Error): void {
+  private replyFailed(xid: number, err: Error): void {
     this.o.log.error(
       { code: 'ERR_RESPONDER_REPLY_FAILED', xid, err },
-      'the transport could not send an upstream reply: its call is refused, the upstream and the other calls go on',
+      'the transport failed to send an upstream reply: closing the RDMA connection, the requester resends its calls',
     );
-    const conn = this.conn as RpcRdmaConnection;
-    try {
-      conn.replyError(inbound, { code: RDMA2_ERR_SYSTEM });
-    } catch (again) {
-      this.o.log.error(
-        { code: 'ERR_RESPONDER_REPLY_FAILED', xid, err: again },
-        'the call could not be refused either: closing its RDMA connection',
-      );
-      conn.close();
-    }
+    (this.conn as RpcRdmaConnection).close(`a reply failed in the transport: ${err.message}`, true);
   }
 
   /**
