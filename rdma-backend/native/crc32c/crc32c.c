@@ -135,8 +135,10 @@ TARGET_FOLD static uint64_t fold_avx512(uint64_t reg, const uint8_t **pp, size_t
   __m512i a1 = _mm512_loadu_si512((const void *)(p + 64));
   __m512i a2 = _mm512_loadu_si512((const void *)(p + 128));
   __m512i a3 = _mm512_loadu_si512((const void *)(p + 192));
-  /* The initial register enters as the first four message bytes XORed with it. */
-  a0 = _mm512_xor_si512(a0, _mm512_castsi128_si512(_mm_cvtsi32_si128((int)(uint32_t)reg)));
+  /* The initial register enters as the first four message bytes XORed with it. Zero-extended: the cast
+     (_mm512_castsi128_si512) leaves bits 128..511 undefined, and XORing garbage into lanes 1-3 would corrupt
+     the fold (the compiler may keep whatever a register held there). */
+  a0 = _mm512_xor_si512(a0, _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)(uint32_t)reg)));
   p += 256;
   n -= 256;
   while (n >= 256) {
