@@ -347,8 +347,24 @@ export class RpcRdmaConnection {
   readonly props: PropertyExchange;
   /** Replies waiting for a send buffer outside the control reserve (`reply`, `flushPendingReplies`). */
   readonly pendingReplies = new Fifo<PendingReply>(16);
-  /** Error answers waiting for any free send buffer (`sendError`): never dropped for want of one. */
+  /**
+   * Error answers waiting for any free send buffer (`sendError`): never dropped for want of one, and never
+   * more than `pendingErrorsCap` (beyond, the peer is not conforming and its connection closes).
+   */
   readonly pendingErrors = new Fifo<PendingError>(8);
+
+  /**
+   * The most error answers a conforming peer can be owed at once: one per call of its within our grant,
+   * and one per message in the control reserve (`recvCount`); it waits for each before it sends again.
+   */
+  get pendingErrorsCap(): number {
+    return this.grant + CONTROL_RESERVE;
+  }
+
+  /** `close()` was called or the connection is gone: nothing more is worth starting on it. */
+  get closing(): boolean {
+    return this.closedByUs || this.state === 'closed';
+  }
 
   private constructor(
     role: 'client' | 'server',

@@ -21,6 +21,7 @@ import {
 } from '../protocol/index.js';
 import { WrOpcode } from '../verbs/index.js';
 import type { RpcRdmaConnection } from './connection.js';
+import { CONTROL_RESERVE } from './options.js';
 
 /** Sends an error answer that waited for a send buffer (`PendingError`). */
 export function sendPendingError(c: RpcRdmaConnection, e: PendingError): void {
@@ -126,6 +127,11 @@ export interface PendingError {
  * the message it answers took a credit, and the requester waits for an answer to every call it sent
  * (RFC 8166 §3.3.1) — a refusal lost under a backlog of replies would leave the call hanging, its credit
  * with it.
+ *
+ * At most `pendingErrorsCap` wait: a conforming peer waits for each answer before it uses that credit (or
+ * reserve Receive) again, so it is never owed more. One that goes on sending while none of our Sends
+ * completes (it stops reading) would grow the queue without bound: its connection is closed instead
+ * (`answersOverflowed`), and the answer is dropped, as is any that follows while it closes.
  */
 function queuedForSlot(
   c: RpcRdmaConnection,
@@ -136,8 +142,36 @@ function queuedForSlot(
   vers = false,
 ): boolean {
   if (c.state === 'closed' || c.sendSlab.available > 0) return false;
+  if (c.pendingErrors.length >= c.pendingErrorsCap) {
+    answersOverflowed(c, xid, version, body.code);
+    return true;
+  }
   c.pendingErrors.push({ xid, version, body, detail, vers });
   return true;
+}
+
+/** One error answer more than a conforming peer can be owed is due (`queuedForSlot`): its connection ends. */
+function answersOverflowed(c: RpcRdmaConnection, xid: number, version: number, code: number): void {
+  c.counters.droppedMessages++;
+  if (c.closing) return;
+  const owed = c.pendingErrors.length;
+  const reason =
+    `${owed} error answers wait for a send buffer, the most a conforming peer can be owed ` +
+    `(our grant of ${c.grant} calls + ${CONTROL_RESERVE} control messages), and the peer sent another ` +
+    'message to refuse: it keeps sending while none of our Sends completes';
+  c.logPeerError(
+    {
+      code: 'ERR_TRANSPORT_PEER_PROTOCOL',
+      due: rpcRdmaErrorName(version, code),
+      xid,
+      version,
+      reason: 'error answers owed beyond what a conforming peer can be owed',
+      owed,
+      cap: c.pendingErrorsCap,
+    },
+    `RDMA peer's message refused and its connection closed: ${reason}`,
+  );
+  c.close(reason, true);
 }
 
 export function sendError(

@@ -2,13 +2,25 @@
  * Every call is answered (RFC 8166 §3.3.1), a refusal as much as a reply: an error answer that finds no
  * send buffer free waits for one, as a reply does, instead of being dropped (its call would hang with its
  * credit). And replies leave the control reserve (CONTROL_SEND_SLOTS) to error answers and control
- * messages: a backlog of replies never takes the buffers a refusal needs.
+ * messages: a backlog of replies never takes the buffers a refusal needs. The answers that wait are
+ * bounded by what a conforming peer can be owed: a peer that goes on sending past that loses its connection.
  */
 import test from 'ava';
 import type { RpcRdmaConnection } from '../../rdma-backend/transport/index.js';
-import { CONTROL_SEND_SLOTS } from '../../rdma-backend/transport/options.js';
+import { CONTROL_RESERVE, CONTROL_SEND_SLOTS } from '../../rdma-backend/transport/options.js';
 import { flushPendingReplies } from '../../rdma-backend/transport/responder.js';
-import { type Loopback, loopback, pattern, replyData, TestCall } from './loopback.js';
+import { plainPrivateData, RoguePeer } from '../helpers/rogue-peer.js';
+import {
+  captureTransportLog,
+  echoServer,
+  headerBytes,
+  type Loopback,
+  loopback,
+  pattern,
+  replyData,
+  TestCall,
+  words,
+} from './loopback.js';
 
 /** Takes send buffers until `left` are free; returns them for `giveBack`. */
 function takeSlots(conn: RpcRdmaConnection, left: number): number[] {
@@ -96,5 +108,58 @@ test('a reply waits rather than take the control reserve, which a refusal then s
     t.is(lb.server.pendingReplies.length, 0);
   } finally {
     await lb.close();
+  }
+});
+
+test('a peer that keeps sending malformed messages while none of our Sends completes: its connection closes once more answers are owed than a conforming peer can be', async (t) => {
+  const { lines, logger } = captureTransportLog();
+  const s = await echoServer({ credits: 4, logger });
+  const peer = await RoguePeer.connect(s.listener.port, plainPrivateData());
+  try {
+    // Version 2 first (CONNPROP and its answer), then the peer stops reading: every send buffer is taken.
+    await peer.ask(headerBytes({ version: 2, htype: 5, xid: 1, credit: 4, props: [] }));
+    const conn = s.conns[0];
+    const cap = conn.grant + CONTROL_RESERVE;
+    t.is(conn.pendingErrorsCap, cap);
+    let atClose: { reason: string | undefined; failure: boolean | undefined; owed: number } | null = null;
+    let peak = 0;
+    const close = conn.close.bind(conn);
+    conn.close = (reason?: string, failure?: boolean) => {
+      atClose ??= { reason, failure, owed: conn.pendingErrors.length };
+      close(reason, failure);
+    };
+    takeSlots(conn, 0);
+    // Unknown header types (RDMA2_ERR_INVAL_HTYPE each), more than the cap.
+    for (let i = 0; i < cap + 5; i++) peer.send(words(100 + i, 2, 4, 42, 0));
+    for (let i = 0; i < 1000 && atClose === null; i++) {
+      peak = Math.max(peak, conn.pendingErrors.length);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    const closed = atClose as {
+      reason: string | undefined;
+      failure: boolean | undefined;
+      owed: number;
+    } | null;
+    t.not(closed, null, 'the connection was closed');
+    t.is(closed?.owed, cap, 'the answers owed stopped at the cap');
+    t.true(peak <= cap, `peak ${peak}`);
+    t.true(closed?.failure, 'closed as a failure');
+    t.regex(
+      closed?.reason ?? '',
+      /error answers wait for a send buffer, the most a conforming peer can be owed/,
+    );
+    await peer.until(() => peer.disconnected, 'DISCONNECTED', 10000);
+    t.is(conn.state, 'closed');
+    t.is(conn.pendingErrors.length, 0);
+    const refused = lines.find(
+      (l) => l.obj.code === 'ERR_TRANSPORT_PEER_PROTOCOL' && l.obj.cap === cap && l.obj.owed === cap,
+    );
+    t.truthy(refused, 'the peer protocol error is logged');
+    t.like(refused?.obj, { due: 'RDMA2_ERR_INVAL_HTYPE', version: 2 });
+    const lost = lines.find((l) => l.obj.code === 'ERR_TRANSPORT_CONNECTION_LOST');
+    t.like(lost, { level: 'warn', obj: { reason: closed?.reason, by: 'us' } });
+  } finally {
+    peer.close();
+    await s.close();
   }
 });
