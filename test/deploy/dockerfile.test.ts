@@ -3,15 +3,28 @@
  * deployment relies on (docs/deploy.md): two bookworm stages, the build toolchain and rdma-core headers only
  * in the build stage, the rdma-core run-time libraries (ibverbs-providers included) in the runtime stage,
  * tini, the documented non-root user, a HEALTHCHECK on /livez, production dependencies only, and a
- * runtime stage that copies only what the gateway needs.
+ * runtime stage that copies only what the gateway needs, both native addons (verbs, CRC32c) included where
+ * their loaders find them.
  */
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import test from 'ava';
 import { type Copy, DockerfileParser, type Env, type Instruction } from 'dockerfile-ast';
 import { validate } from 'dockerfile-utils';
 import { loadConfig } from '../../gateway/config.js';
+import { inCI } from '../helpers/peers.js';
 import { chartDir, helmLite, parseManifests, readRepo, repoPath } from './repo.js';
 
 const DOCKERFILES = [
@@ -130,6 +143,7 @@ test('the runtime stage copies only what the gateway needs', (t) => {
     '/src/rdma-backend/native/binding.gyp',
     '/src/rdma-backend/native/build-status.json',
     '/src/rdma-backend/native/build/Release/rdma_native.node',
+    '/src/rdma-backend/native/crc32c/build/Release/crc32c.node',
   ];
   for (const c of copies) {
     const [src] = c.getArguments().map((a) => a.getValue());
@@ -180,6 +194,108 @@ test('every path the image copies from the build context exists and is not exclu
       `${generated} is excluded`,
     );
 });
+
+/** The runtime stage's `COPY --from=build` instructions as [source, destination] pairs. */
+function copiesFromBuild(): [string, string][] {
+  return (stages()[1].instructions.filter((i) => i.getKeyword() === 'COPY') as Copy[])
+    .filter((c) => c.getFromFlag()?.getValue() === 'build')
+    .map((c) => c.getArguments().map((a) => a.getValue()) as [string, string]);
+}
+
+// Where the loaders look, relative to the project root that rdma-backend/native/binding.gyp marks
+// (common/project-root.ts): the verbs addon (rdma-backend/providers/native) and the soft provider's CRC32c
+// addon (rdma-backend/providers/soft/crc32c.ts; without it the MPA CRC falls back to @node-rs/crc32's single
+// lane, from 512 bytes instead of 96).
+const ROOT_MARKER = 'rdma-backend/native/binding.gyp';
+const ADDONS = [
+  'rdma-backend/native/build/Release/rdma_native.node',
+  'rdma-backend/native/crc32c/build/Release/crc32c.node',
+];
+
+test('the image carries both native addons where their loaders look, under the root binding.gyp marks', (t) => {
+  const runtime = stages()[1];
+  const workdir = runtime.instructions.filter((i) => i.getKeyword() === 'WORKDIR').map(body);
+  t.deepEqual(workdir, ['/app']);
+  const copies = copiesFromBuild();
+  // dist/ at the root, so findProjectRoot walks up from /app/dist/... to /app.
+  t.true(copies.some(([src, dest]) => src === '/src/dist/' && dest === './dist/'));
+  for (const path of [ROOT_MARKER, ...ADDONS])
+    t.true(
+      copies.some(([src, dest]) => src === `/src/${path}` && dest === `./${path}`),
+      `COPY --from=build /src/${path} ./${path}`,
+    );
+  // build:native never fails for the CRC32c addon: the image build checks it is there, built afresh.
+  const buildRuns = stages()[0]
+    .instructions.filter((i) => i.getKeyword() === 'RUN')
+    .map(body);
+  t.true(
+    buildRuns.some((r) =>
+      /rm -rf rdma-backend\/native\/crc32c\/build && RDMA_NATIVE_REQUIRED=1 npm run build:native && test -f rdma-backend\/native\/crc32c\/build\/Release\/crc32c\.node/.test(
+        r.replace(/\s+/g, ' '),
+      ),
+    ),
+    'the build stage requires a fresh crc32c.node',
+  );
+});
+
+const CRC_ADDON = repoPath('rdma-backend', 'native', 'crc32c', 'build', 'Release', 'crc32c.node');
+if (!existsSync(CRC_ADDON) && !inCI)
+  process.stderr.write(
+    '\n!!! rdma-backend/native/crc32c is not built (no C compiler?): the image-layout CRC test is SKIPPED.\n' +
+      '!!! Install build-essential python3 (scripts/install-system-deps.sh) and run `npm run build:native`.\n\n',
+  );
+
+/** Which CRC32c the compiled soft provider at `distDir` picks (its `crc32cImplementation`). */
+function crcImplementationAt(distDir: string): string {
+  const module = pathToFileURL(join(distDir, 'rdma-backend', 'providers', 'soft', 'crc32c.js')).href;
+  const env = { ...process.env };
+  for (const k of ['RPCRDMA_SOFT_CRC', 'RPCRDMA_CRC32C_ADDON', 'RPCRDMA_CRC32C_METHOD']) delete env[k];
+  const r = spawnSync(
+    process.execPath,
+    [
+      '--input-type=module',
+      '-e',
+      `process.stdout.write((await import(${JSON.stringify(module)})).crc32cImplementation)`,
+    ],
+    { encoding: 'utf8', env, timeout: 30_000 },
+  );
+  if (r.status !== 0) throw new Error(`loading ${module}: ${r.stderr}`);
+  return r.stdout;
+}
+
+(existsSync(CRC_ADDON) || inCI ? test : test.skip)(
+  "laid out as the runtime stage copies it, the soft provider finds the CRC32c addon (not @node-rs/crc32's fallback)",
+  (t) => {
+    t.true(existsSync(CRC_ADDON), 'the CRC32c addon is built (npm run build:native)');
+    // /app as the runtime stage's COPY --from=build instructions make it, from this checkout's build output:
+    // real copies (a symlinked module would resolve to the checkout and find its root there), except
+    // node_modules, which only provides @node-rs/crc32 (the fallback the image would otherwise use).
+    const app = mkdtempSync(join(tmpdir(), 'rpcrdma-image-app-'));
+    try {
+      for (const [src, dest] of copiesFromBuild()) {
+        const from = repoPath(src.replace(/^\/src\//, ''));
+        const to = join(app, dest);
+        mkdirSync(dirname(to.replace(/\/$/, '')), { recursive: true });
+        if (src === '/src/node_modules/') symlinkSync(from, to.replace(/\/$/, ''), 'dir');
+        // dist/ without what the build stage leaves out (tests, benchmarks are not compiled there).
+        else
+          cpSync(from, to, {
+            recursive: true,
+            filter: (f) => !/\/dist\/(test|bench)(\/|$)/.test(f) && !f.endsWith('.map'),
+          });
+      }
+      const inImage = crcImplementationAt(join(app, 'dist'));
+      const inCheckout = crcImplementationAt(repoPath('dist'));
+      t.is(inImage, inCheckout, 'the image picks what the checkout, with its addon built, picks');
+      // On a CPU with SSE4.2 the addon serves (avx512-fold or sse42-3way); elsewhere it reports itself
+      // unsupported and both fall back alike.
+      if (/\bsse4_2\b/.test(readFileSync('/proc/cpuinfo', 'utf8')))
+        t.true(['avx512-fold', 'sse42-3way'].includes(inImage), `in the image: ${inImage}`);
+    } finally {
+      rmSync(app, { recursive: true, force: true });
+    }
+  },
+);
 
 /** The runtime stage's ENV, name → value. */
 function imageEnv(): Record<string, string> {
