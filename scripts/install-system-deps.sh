@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the test suites and benchmarks need: the real peers (tshark, nfs-ganesha,
-# libnfs, rpcbind, haproxy, socat, glusterfs for the delegation-granting ganesha backend) and the rdma-core
-# headers for the optional native addon.
+# libnfs, rpcbind, haproxy, socat, glusterfs for the delegation-granting ganesha backend), the toolchain
+# node-gyp builds the addons with (build-essential: gcc, g++, make; python3 for gyp) and the rdma-core
+# headers for the optional native addon. Without the toolchain `npm install` still succeeds, but
+# scripts/build-native.mjs records TOOLCHAIN_MISSING and CI fails later, in the native addon's tests.
 # Idempotent; needs root (CI runs as root). Fails loudly on any error.
 set -euo pipefail
 
@@ -10,6 +12,7 @@ packages=(
   nfs-ganesha nfs-ganesha-vfs nfs-ganesha-proxy-v4 rpcbind libnfs-utils nfs-common
   glusterfs-server nfs-ganesha-gluster
   haproxy socat
+  build-essential python3
   libibverbs-dev librdmacm-dev ibverbs-providers pkg-config
   valgrind
   shellcheck yamllint

@@ -66,6 +66,45 @@ testWithPeers('shellcheck')('shellcheck passes on every shell script of the repo
   }
 });
 
+/** The Debian packages scripts/install-system-deps.sh installs (its `packages=( ... )` array). */
+function systemDeps(): string[] {
+  const m = /^packages=\(\n([\s\S]*?)^\)/m.exec(readRepo('scripts', 'install-system-deps.sh'));
+  if (!m) throw new Error('no packages=( ... ) array in scripts/install-system-deps.sh');
+  return m[1]
+    .split('\n')
+    .map((l) => l.replace(/#.*/, ''))
+    .join(' ')
+    .split(/\s+/)
+    .filter(Boolean);
+}
+
+test('install-system-deps.sh installs the toolchain node-gyp needs and every package build-native.mjs asks for', (t) => {
+  const pkgs = systemDeps();
+  t.true(pkgs.includes('valgrind') && pkgs.includes('libibverbs-dev'), pkgs.join(' '));
+  // node-gyp: a C/C++ compiler and make (build-essential), python3 for gyp. CI (.ci/run) installs with this
+  // script only; without them build-native.mjs exits 0 with TOOLCHAIN_MISSING and CI fails late.
+  for (const p of ['build-essential', 'python3']) t.true(pkgs.includes(p), `installs ${p}`);
+  // What build-native.mjs tells a user to install (toolchain, rdma-core headers) is what CI installs.
+  const script = readRepo('scripts', 'build-native.mjs');
+  const named = [
+    ...[...script.matchAll(/pkg: '([^']+)'/g)].map((m) => m[1]),
+    ...[...script.matchAll(/install the Debian packages ([a-z0-9.+ -]+?) and run/g)].flatMap((m) =>
+      m[1].split(' '),
+    ),
+  ];
+  t.true(named.includes('build-essential') && named.includes('libibverbs-dev'), named.join(' '));
+  for (const p of named) t.true(pkgs.includes(p), `build-native.mjs names ${p}; the script installs it`);
+  // The image's build stage builds the same addons: its toolchain is covered (g++ and make by build-essential).
+  const build = /^FROM [^\n]* AS build$([\s\S]*?)^FROM /m.exec(readRepo('deploy', 'docker', 'Dockerfile'));
+  const apt = /apt-get install (?:-\S+\s+)*([^&]+)/.exec(build?.[1].replace(/\\\n/g, ' ') ?? '');
+  t.truthy(apt, "the image's build stage installs packages");
+  for (const p of apt![1].trim().split(/\s+/))
+    t.true(
+      pkgs.includes(p) || (['g++', 'gcc', 'make'].includes(p) && pkgs.includes('build-essential')),
+      `the image's build stage needs ${p}`,
+    );
+});
+
 test('the compose demo wires client → gateway → responder → ganesha with real configuration variables', (t) => {
   const compose = parseYaml(readRepo('deploy', 'compose', 'compose.yaml'), { merge: true });
   const { ganesha, responder, gateway } = compose.services;
