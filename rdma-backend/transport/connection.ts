@@ -608,6 +608,20 @@ export class RpcRdmaConnection {
     return this.opts.maxVersion === 2 && this.opts.extensions;
   }
 
+  /**
+   * Whether this end announces RPRC in its CONNPROP (seed 002 §4.1.1): it takes responder-provided Read
+   * chunks (`rprc`) and can pull them, that is, its ORD (the responder's IRD) is not 0. With an ORD of 0
+   * every reply exposed to it would fail (ERR_TRANSPORT_RPRC_REFUSED, for good); without RPRC the
+   * responder answers REPLY_RESOURCE instead and the call goes again with a larger Reply chunk. The ORD is
+   * known from ESTABLISHED on: a client sends its CONNPROP from there, but a server may answer its client's
+   * first message before it sees its own ESTABLISHED (on a native device the CM and the CQ are different
+   * fds); it then announces none, which costs nothing: a server requests only backward calls, whose
+   * replies are never exposed (RFC 8167 §4).
+   */
+  get announcesRprc(): boolean {
+    return this.opts.rprc && this.wasEstablished && this.ord > 0;
+  }
+
   qpCap(device: Device) {
     const maxSendWr = Math.min(device.caps.maxQpWr, 4096);
     return { maxSendWr, maxRecvWr: this.recvCount, maxSendSge: 1, maxRecvSge: 1 };

@@ -207,7 +207,7 @@ export function sendConnProp(c: RpcRdmaConnection, xid: number, flags: number, c
     props: [
       { id: RDMA2_PROPID_RBSIZ, value: c.recvSize },
       { id: RDMA2_PROPID_REQREMINV, value: c.opts.acceptRemoteInvalidate },
-      { id: RDMA2_PROPID_RPRC, value: c.opts.rprc },
+      { id: RDMA2_PROPID_RPRC, value: c.announcesRprc },
     ],
   });
 }

@@ -41,7 +41,7 @@ export interface TransportOptions {
   extensions?: boolean;
   /**
    * As a requester, accept responder-provided Read chunks for replies (seed 002; announced as RPRC in
-   * CONNPROP). Default: `extensions`.
+   * CONNPROP, unless the negotiated ORD is 0: nothing could be pulled). Default: `extensions`.
    */
   rprc?: boolean;
   /** Our send buffer size: the most we ever send inline. Default 4096. */

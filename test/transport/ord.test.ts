@@ -1,7 +1,20 @@
-/** The responder's RDMA Reads of Read chunks stay within the negotiated ORD (the requester's IRD). */
+/**
+ * The responder's RDMA Reads of Read chunks stay within the negotiated ORD (the requester's IRD), and a
+ * requester whose ORD is 0 (the responder's IRD) does not ask for replies it would have to pull.
+ */
 import test from 'ava';
+import { RDMA2_PROPID_RPRC } from '../../rdma-backend/protocol/index.js';
 import { xdrPad } from '../../rpc/xdr.js';
-import { CALL_DATA, encodeCall, encodeReply, loopback, PROC_ECHO, pattern, TestCall } from './loopback.js';
+import {
+  CALL_DATA,
+  encodeCall,
+  encodeReply,
+  loopback,
+  PROC_ECHO,
+  pattern,
+  replyData,
+  TestCall,
+} from './loopback.js';
 
 /** A call with `n` DDP-eligible opaques of `size` bytes each (n Read chunks). */
 function manyItemCall(xid: number, n: number, size: number): TestCall {
@@ -79,6 +92,32 @@ test('a requester IRD of 0: a call with a Read chunk is refused (nothing can pul
     t.falsy(outs[1].error, outs[1].error?.message);
     t.is(lb.client.state, 'ready');
     t.is(lb.server.state, 'ready');
+  } finally {
+    await lb.close();
+  }
+});
+
+test('a requester ORD of 0 (responder IRD 0): RPRC is not announced, a reply too large for the call comes back as REPLY_RESOURCE and the retry with a Reply chunk succeeds', async (t) => {
+  const lb = await loopback({ server: { ird: 0 } });
+  lb.responder.ddpResults = false;
+  try {
+    lb.client.submit(TestCall.echo(1, Buffer.from('v2 first'), false));
+    const [first] = await lb.collector.wait(1);
+    t.falsy(first.error, first.error?.message);
+    t.is(lb.client.version, 2);
+    t.is(lb.client.ord, 0, "the responder's IRD 0 leaves the requester no Read");
+    const c = TestCall.echo(2, pattern(30001, 2), false);
+    c.maxReplySize = 1000; // fits inline as far as the caller knows: no Reply chunk offered
+    lb.client.submit(c);
+    const outs = await lb.collector.wait(2);
+    t.falsy(outs[1].error, `${outs[1].error?.code}: ${outs[1].error?.message}`);
+    t.deepEqual(replyData(outs[1].reply as Buffer), pattern(30001, 2));
+    t.is(lb.server.props.peerValues.get(RDMA2_PROPID_RPRC), false, 'the requester announced no RPRC');
+    const s = lb.server.snapshot();
+    t.is(s.counters.rprcReplies, 0, 'nothing exposed');
+    t.deepEqual(s.errors.sent, { RDMA2_ERR_REPLY_RESOURCE: 1 });
+    t.is(lb.client.snapshot().counters.retries, 1, 'retried with a Reply chunk');
+    t.is(lb.client.state, 'ready');
   } finally {
     await lb.close();
   }
