@@ -13,9 +13,11 @@
  *   confuses two pooled clients; RPCSEC_GSS calls keep theirs (the verifier covers it) and go to a
  *   connection where that XID is not in use, or wait.
  * - Failures: a call whose connection was lost (`retransmit: true`) goes back to the front of its client's
- *   queue and is sent on another or a new connection. A call that waits longer than `holdTimeMs` for a
- *   connection closes its client's TCP connection, so the client retransmits by itself; a call the peer
- *   refused for good (`retransmit: false`) does the same. No RPC reply is ever invented (DESIGN §3).
+ *   queue and is sent on another or a new connection; except an RPCSEC_GSS call, whose seq_num the server
+ *   may have seen (it would discard the resent call silently, RFC 2203 §5.3.3.1): its client is closed,
+ *   and signs and retransmits it itself. A call that waits longer than `holdTimeMs` for a connection
+ *   closes its client's TCP connection, so the client retransmits by itself; a call the peer refused for
+ *   good (`retransmit: false`) does the same. No RPC reply is ever invented (DESIGN §3).
  * - NFSv4.1 sessions (RFC 8881 §2.10): the session id of each CREATE_SESSION reply (and
  *   BIND_CONN_TO_SESSION) is learned per client, and every call naming the session in its SEQUENCE goes
  *   on the RDMA connection the session was created or bound on, so the server's connection binding and
@@ -150,6 +152,11 @@ export interface RouterStats extends BackchannelStats, DepartedStats {
   duplicatesDropped: number;
   /** Calls sent again after their connection was lost. */
   retransmits: number;
+  /**
+   * RPCSEC_GSS calls in flight on a lost connection: not sent again (their seq_num is spent, RFC 2203
+   * §5.3.3.1); their client was closed so that it signs and retransmits them itself.
+   */
+  gssNotResent: number;
   /** Clients disconnected because a call waited longer than the hold time. */
   holdExpired: number;
   /** Clients disconnected because the peer refused one of their calls for good. */
@@ -193,6 +200,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     droppedQueued: 0,
     duplicatesDropped: 0,
     retransmits: 0,
+    gssNotResent: 0,
     holdExpired: 0,
     refused: 0,
     malformed: 0,
@@ -866,8 +874,31 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       this.pump();
       return;
     }
+    if (error.retransmit && r.gss) {
+      // An RPCSEC_GSS call is not the gateway's to send again. Its seq_num, under the verifier's MIC
+      // (RFC 2203 §5.3.1), has been seen by the server if the call got there, or may have fallen below the
+      // window since: the server then discards it silently (§5.3.3.1), no reply ever comes, and the call
+      // would hold its credit and its XID for good while the client's own retransmission (a new seq_num,
+      // the same XID) is dropped as a duplicate of it. Only the client can sign a new seq_num: it is
+      // closed, as for a refused call, and retransmits by itself. No reply is invented (DESIGN §3).
+      this.stats.gssNotResent++;
+      client.conn.log.warn(
+        { code: 'ERR_RDMA_GSS_LOST', transportCode: error.code, xid: r.clientXid },
+        'RDMA connection lost with an RPCSEC_GSS call in flight; closing the client so that it signs it again',
+      );
+      this.finishCall(r);
+      this.closeNow(
+        client.conn,
+        'ERR_RDMA_GSS_LOST',
+        `an RPCSEC_GSS call was in flight on a lost RDMA connection (${error.code}): only the client can send it again`,
+        { transportCode: error.code },
+      );
+      this.pump();
+      return;
+    }
     if (error.retransmit) {
       // RFC 8166 §3.3.1 / PROTOCOL-NOTES §2: never again on the lost connection; another or a new one.
+      // (Not RPCSEC_GSS calls: above.)
       this.stats.retransmits++;
       // The hold time runs from the first loss, not from each: a call that takes down every connection
       // it reaches (or a peer that keeps dropping) must not be resent for ever. After that it waits at
