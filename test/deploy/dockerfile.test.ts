@@ -269,11 +269,13 @@ function crcImplementationAt(distDir: string): string {
     t.true(existsSync(CRC_ADDON), 'the CRC32c addon is built (npm run build:native)');
     // /app as the runtime stage's COPY --from=build instructions make it, from this checkout's build output:
     // real copies (a symlinked module would resolve to the checkout and find its root there), except
-    // node_modules, which only provides @node-rs/crc32 (the fallback the image would otherwise use).
+    // node_modules, which only provides @node-rs/crc32 (the fallback the image would otherwise use). What
+    // this checkout has not built (the verbs addon needs rdma-core's headers) is left out.
     const app = mkdtempSync(join(tmpdir(), 'rpcrdma-image-app-'));
     try {
       for (const [src, dest] of copiesFromBuild()) {
         const from = repoPath(src.replace(/^\/src\//, ''));
+        if (!existsSync(from)) continue;
         const to = join(app, dest);
         mkdirSync(dirname(to.replace(/\/$/, '')), { recursive: true });
         if (src === '/src/node_modules/') symlinkSync(from, to.replace(/\/$/, ''), 'dir');
