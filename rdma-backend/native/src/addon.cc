@@ -12,7 +12,7 @@ namespace rdma_native {
 
 // Bumped whenever the JS-visible surface changes; the TypeScript wrapper refuses a different value so a
 // stale build is reported as such instead of failing in odd ways.
-constexpr uint32_t kAddonAbi = 2;  // 2: teardownFailures()
+constexpr uint32_t kAddonAbi = 3;  // 2: teardownFailures(); 3: bufferStats().kept, testing.deregisterOrKeep
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   auto* data = new AddonData();

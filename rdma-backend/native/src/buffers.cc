@@ -18,11 +18,25 @@ namespace {
 // Largest single allocation: well above any sane registered pool, well below what would be a typo.
 constexpr double kMaxBuffer = 1ull << 40;
 
+struct Allocation {
+  size_t rounded = 0;   // whole pages
+  bool kept = false;    // KeepAddonBuffer: never freed, even once its ArrayBuffer is collected
+};
+
 struct Allocations {
   std::mutex mu;
-  std::map<const char*, size_t> by_start;  // start -> rounded length
+  std::map<const char*, Allocation> by_start;
   size_t bytes = 0;
+  size_t kept_count = 0, kept_bytes = 0;
 };
+
+// The allocation holding [p, p + length), or end(). Caller holds a.mu.
+std::map<const char*, Allocation>::iterator FindLocked(Allocations& a, const char* p, size_t length) {
+  auto it = a.by_start.upper_bound(p);
+  if (it == a.by_start.begin()) return a.by_start.end();
+  --it;
+  return p >= it->first && p + length <= it->first + it->second.rounded ? it : a.by_start.end();
+}
 
 // Process-wide (worker threads share it) and never destroyed: external ArrayBuffer finalizers may run
 // during isolate disposal, after static destructors would have run.
@@ -52,9 +66,10 @@ void FreeBuffer(Napi::Env, void* data) {
   {
     std::lock_guard<std::mutex> lock(a.mu);
     auto it = a.by_start.find(static_cast<const char*>(data));
-    if (it != a.by_start.end()) {
-      rounded = it->second;
-      a.bytes -= it->second;
+    // A kept allocation stays allocated and accounted for the life of the process (see KeepAddonBuffer).
+    if (it != a.by_start.end() && !it->second.kept) {
+      rounded = it->second.rounded;
+      a.bytes -= rounded;
       a.by_start.erase(it);
     }
   }
@@ -67,11 +82,20 @@ void FreeBuffer(Napi::Env, void* data) {
 bool FindAddonBuffer(const void* data, size_t length) {
   auto& a = allocations();
   std::lock_guard<std::mutex> lock(a.mu);
-  const char* p = static_cast<const char*>(data);
-  auto it = a.by_start.upper_bound(p);
-  if (it == a.by_start.begin()) return false;
-  --it;
-  return p >= it->first && p + length <= it->first + it->second;
+  return FindLocked(a, static_cast<const char*>(data), length) != a.by_start.end();
+}
+
+bool KeepAddonBuffer(const void* data) {
+  auto& a = allocations();
+  std::lock_guard<std::mutex> lock(a.mu);
+  auto it = FindLocked(a, static_cast<const char*>(data), 0);
+  if (it == a.by_start.end()) return false;
+  if (!it->second.kept) {
+    it->second.kept = true;
+    ++a.kept_count;
+    a.kept_bytes += it->second.rounded;
+  }
+  return true;
 }
 
 size_t AddonBufferBytes() {
@@ -110,7 +134,7 @@ Napi::Value AllocBuffer(const Napi::CallbackInfo& info) {
   {
     auto& a = allocations();
     std::lock_guard<std::mutex> lock(a.mu);
-    a.by_start[static_cast<const char*>(data)] = rounded;
+    a.by_start[static_cast<const char*>(data)] = Allocation{rounded, false};
     a.bytes += rounded;
   }
   napi_value ab;
@@ -139,6 +163,10 @@ Napi::Value BufferStats(const Napi::CallbackInfo& info) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("count", Napi::Number::New(env, static_cast<double>(AddonBufferCount())));
   o.Set("bytes", Napi::Number::New(env, static_cast<double>(AddonBufferBytes())));
+  auto& a = allocations();
+  std::lock_guard<std::mutex> lock(a.mu);
+  o.Set("kept", Napi::Number::New(env, static_cast<double>(a.kept_count)));
+  o.Set("keptBytes", Napi::Number::New(env, static_cast<double>(a.kept_bytes)));
   return o;
 }
 

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "buffers.h"
 #include "verbs_objects.h"
 #include "work_requests.h"
 
@@ -182,6 +183,22 @@ Napi::Value AddressOf(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), static_cast<double>(addr));
 }
 
+// deregisterOrKeep(arrayBuffer, errno): what an Mr's release does with its memory when ibv_dereg_mr
+// answers `errno` (0: success), without a device: DeregisterOrKeep with that answer injected in place of
+// the call. Returns whether the registration counts as gone.
+static thread_local int injected_dereg_result = 0;
+static int InjectedDereg(ibv_mr*) { return injected_dereg_result; }
+
+Napi::Value DeregisterOrKeepHook(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsArrayBuffer()) ThrowArg(env, "memory must be an ArrayBuffer");
+  Napi::ArrayBuffer ab = info[0].As<Napi::ArrayBuffer>();
+  if (ab.ByteLength() == 0 || !FindAddonBuffer(ab.Data(), ab.ByteLength()))
+    ThrowArg(env, "memory must come from allocBuffer()");
+  injected_dereg_result = ArgI32(info, 1, "errno");
+  return Napi::Boolean::New(env, DeregisterOrKeep(nullptr, ab.Data(), InjectedDereg));
+}
+
 Napi::Object TestingExports(Napi::Env env) {
   Napi::Object t = Napi::Object::New(env);
   Napi::Function es = EventSource::Define(env);
@@ -192,6 +209,7 @@ Napi::Object TestingExports(Napi::Env env) {
   t.Set("errnoError", Napi::Function::New<MakeErrnoError>(env, "errnoError"));
   t.Set("liveResources", Napi::Function::New<LiveResources>(env, "liveResources"));
   t.Set("addressOf", Napi::Function::New<AddressOf>(env, "addressOf"));
+  t.Set("deregisterOrKeep", Napi::Function::New<DeregisterOrKeepHook>(env, "deregisterOrKeep"));
   // recordTeardownFailure(call, errno): what a failed teardown call inside a Release() records.
   t.Set("recordTeardownFailure", Napi::Function::New(env, [](const Napi::CallbackInfo& info) -> Napi::Value {
           RecordTeardownFailure(info[0].As<Napi::String>().Utf8Value().c_str(), ArgI32(info, 1, "errno"));

@@ -414,6 +414,7 @@ Mr::Mr(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Mr>(info), Resource(in
   parent_ = Pd::Unwrap(info[2].As<Napi::Object>());
   parent_ref_ = Napi::Persistent(info[2].As<Napi::Object>());
   memory_ref_ = Napi::Persistent(info[3].As<Napi::ArrayBuffer>());
+  memory_ = info[3].As<Napi::ArrayBuffer>().Data();
   access_ = info[4].As<Napi::Number>().Int32Value();
   parent_->AddChild();
   SetKeys();
@@ -445,8 +446,9 @@ Napi::Value Mr::Rereg(const Napi::CallbackInfo& info) {
   if (rc != 0) {
     // ibv_dereg_mr(3) failed: the old registration is still there and still pinned. It stays this
     // object's (destroy() or the finalizer retries it) and the fresh one goes, so no registration is left
-    // without an owner; the caller sees the rekey fail with the old keys still in force.
-    CheckTeardown("ibv_dereg_mr", ibv_dereg_mr(fresh));
+    // without an owner; the caller sees the rekey fail with the old keys still in force. Should the fresh
+    // one refuse to go as well, it lives on over these bytes with no owner: they are kept for ever.
+    DeregisterOrKeep(fresh, memory_);
     ThrowErrno(env, rc, "ibv_dereg_mr");
   }
   mr_ = fresh;
@@ -454,9 +456,20 @@ Napi::Value Mr::Rereg(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+bool DeregisterOrKeep(ibv_mr* mr, const void* memory, DeregMrFn dereg) {
+  int rc = dereg(mr);
+  if (rc == 0) return true;
+  // Still registered: memory_ref_ going (the ArrayBuffer collectable) must not mean the pages go back to
+  // malloc, where the next allocation would receive a peer's RDMA Write through the still-valid rkey.
+  CheckTeardown("ibv_dereg_mr", rc);
+  KeepAddonBuffer(memory);
+  return false;
+}
+
 void Mr::Release() {
   if (mr_ != nullptr) {
-    CheckTeardown("ibv_dereg_mr", ibv_dereg_mr(mr_));
+    // A release cannot throw or retry: a registration that will not go keeps its memory for ever.
+    DeregisterOrKeep(mr_, memory_);
     mr_ = nullptr;
     parent_->RemoveChild();
   }

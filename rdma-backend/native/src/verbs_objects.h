@@ -73,6 +73,7 @@ class Mr : public Napi::ObjectWrap<Mr>, public Resource {
   Pd* parent_ = nullptr;
   Napi::ObjectReference parent_ref_;
   Napi::Reference<Napi::ArrayBuffer> memory_ref_;  // the registered memory outlives the registration
+  const void* memory_ = nullptr;  // its data: kept for ever if a deregistration fails (DeregisterOrKeep)
 };
 
 class Mw : public Napi::ObjectWrap<Mw>, public Resource {
@@ -154,6 +155,15 @@ class Qp : public Napi::ObjectWrap<Qp>, public Resource {
   SendChain send_chain_;
   RecvChain recv_chain_;
 };
+
+// Deregisters `mr`, a registration of addon memory at `memory`, where nothing can throw (a release: the
+// GC finalizer or the environment's cleanup hook; or undoing a registration). When the deregistration
+// fails the registration is still live: its pages pinned, its rkey valid, the device free to write them.
+// The memory is then kept for the life of the process (KeepAddonBuffer: its ArrayBuffer's finalizer does
+// not free it) and the failure counted as every teardown failure is. Returns whether it is deregistered.
+// `dereg` is ibv_dereg_mr except in the testing hook that injects a failure.
+using DeregMrFn = int (*)(ibv_mr*);
+bool DeregisterOrKeep(ibv_mr* mr, const void* memory, DeregMrFn dereg = ibv_dereg_mr);
 
 // Module-level functions.
 Napi::Value ListDevices(const Napi::CallbackInfo& info);

@@ -11,7 +11,7 @@ import { findProjectRoot } from '../../../common/project-root.js';
 import { NativeUnavailableError } from './errors.js';
 
 /** Must equal kAddonAbi in rdma-backend/native/src/addon.cc. */
-export const EXPECTED_ADDON_ABI = 2;
+export const EXPECTED_ADDON_ABI = 3;
 /** Must equal kLayoutVersion in rdma-backend/native/src/work_requests.h. */
 export const EXPECTED_LAYOUT_VERSION = 1;
 
@@ -234,7 +234,11 @@ export interface RdmaNativeAddon {
   memlockLimit(): { soft: number; hard: number };
   allocBuffer(size: number): ArrayBuffer;
   isAddonBuffer(memory: unknown): boolean;
-  bufferStats(): { count: number; bytes: number };
+  /**
+   * Addon memory allocated now (whole pages). `kept`/`keptBytes`: allocations kept for the life of the
+   * process because a registration over them could not be deregistered (never returned to malloc).
+   */
+  bufferStats(): { count: number; bytes: number; kept: number; keptBytes: number };
   /**
    * Every teardown call that failed inside a release (a finalizer cannot throw: ibv_dereg_mr,
    * ibv_dealloc_pd, ibv_destroy_cq, rdma_destroy_id...), by call: how many times, and the last errno.
@@ -255,6 +259,8 @@ export interface RdmaNativeAddon {
     liveResources(): number;
     addressOf(buffer: ArrayBuffer): number;
     recordTeardownFailure(call: string, errno: number): void;
+    /** An Mr release's handling of its memory when ibv_dereg_mr answers `errno` (0: success). */
+    deregisterOrKeep(memory: ArrayBuffer, errno: number): boolean;
   };
 }
 
