@@ -44,7 +44,8 @@ import type {
   RpcRdmaConnection,
   TransportError,
 } from '../rdma-backend/transport/index.js';
-import { MsgType } from '../rpc/constants.js';
+import { MIN_CALL_HEADER, MsgType } from '../rpc/constants.js';
+import { RpcHeaderError } from '../rpc/errors.js';
 import { RpcCallHeader } from '../rpc/message.js';
 import {
   type CloseReason,
@@ -75,6 +76,13 @@ const EMPTY = Buffer.alloc(0);
 
 /** How long a pinned retransmission (router/departed.ts) waits for its connection's credit at most, ms. */
 const PIN_WAIT_MS = 1000;
+
+/**
+ * What `decodeCall` made of a CALL record: its header decoded (in `Router.header`); not decoded but
+ * framed, and answered by the server itself (forwarded unplanned); or malformed (its client closed).
+ */
+const Decoded = { OK: 0, UNPLANNED: 1, MALFORMED: 2 } as const;
+type Decoded = (typeof Decoded)[keyof typeof Decoded];
 
 /** How many more calls than the least-loaded connection a burst's connection may hold and still take its next call (`pick`). */
 const BURST_SLACK = 32;
@@ -367,7 +375,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       client = this.newClient(conn);
     }
     if (record.length < 8) {
-      this.malformed(conn, 'a record too short to be an RPC message', record.length);
+      this.malformed(conn, record, 'a record too short to be an RPC message', null);
       return;
     }
     const msgType = getU32BE(record, 4);
@@ -376,9 +384,11 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       return;
     }
     if (msgType !== MsgType.CALL) {
-      this.malformed(conn, `msg_type ${msgType} is neither CALL nor REPLY`, record.length);
+      this.malformed(conn, record, `msg_type ${msgType} is neither CALL nor REPLY`, null);
       return;
     }
+    const decoded = this.decodeCall(conn, record);
+    if (decoded === Decoded.MALFORMED) return;
     const clientXid = getU32BE(record, 0);
     if (client.xids.has(clientXid)) {
       // The client retransmitted a call still waiting or in flight (an NFSv3 client does so on the same
@@ -410,7 +420,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     r.message = record;
     r.clientXid = clientXid;
     client.xids.set(clientXid, r);
-    this.plan(r, record);
+    this.plan(r, record, decoded === Decoded.OK);
     if (pinLink !== null && r.session === null && !r.gss && this.usable(pinLink)) {
       // Under its first gateway XID, on its first connection: the server's DRC knows it there (dispatch
       // keeps the XID while it is free on the connection).
@@ -558,22 +568,74 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     return match;
   }
 
-  /** Asks the ULB about the call; a header that does not decode is forwarded as it is (the server answers). */
-  private plan(r: CallRecord, record: Buffer): void {
-    let counted = false;
+  /**
+   * Decodes the call header of `record` (a CALL) into `this.header`. A call shorter than the smallest
+   * call header (xid, msg_type, rpcvers, prog, vers, proc, credential and verifier flavor and length: 40
+   * bytes, an AUTH_NONE NULL call), or whose header does not say where it ends (a field runs past the
+   * record, an opaque_auth over 400 bytes, RFC 5531 §8.2), is malformed: its client is closed and nothing
+   * reaches the transport. A server cannot answer it either: Linux's svc_process_common closes the
+   * transport on a message shorter than its fixed header ("short len"), failing every client's calls on
+   * that RDMA connection, and the call would be resent first on the next one; a server that drops it
+   * would leave it in flight, holding a credit, for good. Two failures are the server's to answer, on a
+   * header whose end is known: an rpcvers other than 2 (RPC_MISMATCH, RFC 5531 §9) and an AUTH_SYS
+   * credential whose body is malformed (AUTH_BADCRED): those calls are forwarded unplanned, and the
+   * client gets the server's answer rather than a closed connection it would reconnect to in a loop.
+   */
+  private decodeCall(conn: FrontendConnection, record: Buffer): Decoded {
+    if (record.length < MIN_CALL_HEADER) {
+      this.malformed(
+        conn,
+        record,
+        `a CALL of ${record.length} bytes, shorter than the smallest call header (${MIN_CALL_HEADER})`,
+        null,
+      );
+      return Decoded.MALFORMED;
+    }
     try {
-      const h = this.header.decode(record, 0, record.length);
-      this.callStats.call(h.prog, h.vers, h.proc);
-      counted = true;
-      r.gss = h.isGss;
-      r.idempotent = isIdempotent(h.prog, h.vers, h.proc);
-      this.registry.planCall(h, r.plan);
-      const op = sessionOpOfCall(h, record, r.sessionId, r.plan);
-      r.sessionOp = op;
-      if (op === SessionOp.SEQUENCE || op === SessionOp.BIND || op === SessionOp.DESTROY) {
-        r.session = this.sessions.find(r.sessionId);
+      this.header.decode(record, 0, record.length);
+      return Decoded.OK;
+    } catch (err) {
+      if (
+        err instanceof RpcHeaderError &&
+        (err.code === 'ERR_RPC_VERSION' || err.code === 'ERR_RPC_AUTH_SYS')
+      )
+        return Decoded.UNPLANNED;
+      this.malformed(
+        conn,
+        record,
+        `a call header that does not decode: ${(err as Error).message}`,
+        err instanceof RpcHeaderError ? err : null,
+      );
+      return Decoded.MALFORMED;
+    }
+  }
+
+  /**
+   * Asks the ULB about the call (`decoded`: its header is in `this.header`); a call whose header the
+   * server answers for itself (`decodeCall`) is forwarded as it is, with no DDP and its reply size unknown.
+   */
+  private plan(r: CallRecord, record: Buffer, decoded: boolean): void {
+    let counted = false;
+    let planned = false;
+    if (decoded) {
+      try {
+        const h = this.header;
+        this.callStats.call(h.prog, h.vers, h.proc);
+        counted = true;
+        r.gss = h.isGss;
+        r.idempotent = isIdempotent(h.prog, h.vers, h.proc);
+        this.registry.planCall(h, r.plan);
+        const op = sessionOpOfCall(h, record, r.sessionId, r.plan);
+        r.sessionOp = op;
+        if (op === SessionOp.SEQUENCE || op === SessionOp.BIND || op === SessionOp.DESTROY) {
+          r.session = this.sessions.find(r.sessionId);
+        }
+        planned = true;
+      } catch {
+        // (The bindings and the session parser never throw; a bug there costs only DDP and affinity.)
       }
-    } catch {
+    }
+    if (!planned) {
       if (!counted) this.callStats.unclassifiedCall();
       r.gss = false;
       r.plan.fallBack();
@@ -584,10 +646,25 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     r.maxReplySize = r.plan.maxReplySize;
   }
 
-  private malformed(conn: FrontendConnection, why: string, length: number): void {
+  /**
+   * Closes a client that sent a record that is not a usable RPC call (`header`: the decoder's error, which
+   * names the field and its offset). The record is the router's: given back, never sent.
+   */
+  private malformed(
+    conn: FrontendConnection,
+    record: Buffer,
+    why: string,
+    header: RpcHeaderError | null,
+  ): void {
     this.stats.malformed++;
-    conn.log.warn({ code: 'ERR_NOT_RPC_CALL', length }, `closing client: ${why}`);
-    this.closeNow(conn, 'ERR_NOT_RPC_CALL', why, { length });
+    const length = record.length;
+    this.recordPool?.release(record);
+    const details =
+      header === null
+        ? { length }
+        : { length, headerCode: header.code, field: header.field, offset: header.offset };
+    conn.log.warn({ code: 'ERR_NOT_RPC_CALL', ...details }, `closing client: ${why}`);
+    this.closeNow(conn, 'ERR_NOT_RPC_CALL', why, details);
   }
 
   /**

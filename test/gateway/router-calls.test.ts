@@ -1,6 +1,7 @@
 /**
  * What the router sends and what it will not: an RPCSEC_GSS call of a lost RDMA connection is not sent
- * again (its seq_num is spent, RFC 2203 §5.3.3.1: its client is closed and signs it again). The pool, the
+ * again (its seq_num is spent, RFC 2203 §5.3.3.1: its client is closed and signs it again), and a CALL
+ * record too short to be a call header never reaches the transport (the client is closed). The pool, the
  * RDMA connections and the client connections are stand-ins with only what the router touches; the
  * router is the product's.
  */
@@ -162,4 +163,63 @@ test('an AUTH_NONE / AUTH_SYS call of a lost RDMA connection is still sent again
   t.is(a.c.destroyed, null);
   t.is(router.snapshot().retransmits, 1);
   t.is(router.snapshot().gssNotResent, 0);
+});
+
+test('CALL records too short to be a call header close their client; nothing reaches the transport', (t) => {
+  const { router, sent, client } = world(1);
+  t.teardown(() => router.close());
+  const other = client();
+  router.onRecord(other.conn, call(0x10));
+  t.is(sent.length, 1);
+  // 12 bytes: xid, CALL, rpcvers 2. 36 bytes: a header whose verifier's length word is missing.
+  const short = [xdr(0x20, 0, 2), call(0x21).subarray(0, 36)];
+  for (const [i, record] of short.entries()) {
+    const c = client();
+    router.onRecord(c.conn, record);
+    t.is(c.c.destroyed, 'ERR_NOT_RPC_CALL', `${record.length} bytes: the client is closed`);
+    t.like(c.c.warnings[0], { code: 'ERR_NOT_RPC_CALL', length: record.length });
+    t.is(router.snapshot().malformed, i + 1);
+    t.is(sent.length, 1, `${record.length} bytes: nothing sent on the RDMA side`);
+  }
+  t.is(router.snapshot().queued, 0);
+  t.is(router.snapshot().recordsInUse, 1, 'only the other client’s call');
+  // The other client goes on.
+  router.onReply(sent[0].r, xdr(0x10, 1, 0, 0, 0, 0));
+  router.onRecord(other.conn, call(0x11));
+  t.is(sent.length, 2);
+  t.is(other.c.destroyed, null);
+  t.is(other.c.replies.length, 1);
+});
+
+test('a header that does not frame (an over-long credential) closes its client; one the server answers goes', (t) => {
+  const { router, sent, client } = world(1);
+  t.teardown(() => router.close());
+  // A credential of 404 bytes (RFC 5531 §8.2: at most 400): where the call ends cannot be known.
+  const tooLong = xdr(0x30, 0, 2, PROG, 1, 1, 1, 404, Buffer.alloc(404), 0, 0);
+  const a = client();
+  router.onRecord(a.conn, tooLong);
+  t.is(a.c.destroyed, 'ERR_NOT_RPC_CALL');
+  t.like(a.c.warnings[0], { code: 'ERR_NOT_RPC_CALL', headerCode: 'ERR_RPC_AUTH_TOO_LONG' });
+  // The cheapest well-formed call (AUTH_NONE, no arguments: 40 bytes) goes.
+  const b = client();
+  router.onRecord(b.conn, call(0x31));
+  t.is(call(0x31).length, 40);
+  t.is(b.c.destroyed, null);
+  t.is(sent.length, 1);
+  // rpcvers 3 (RFC 5531 §9): the server answers RPC_MISMATCH itself.
+  const mismatch = call(0x32);
+  mismatch.writeUInt32BE(3, 8);
+  const c = client();
+  router.onRecord(c.conn, mismatch);
+  t.is(c.c.destroyed, null);
+  t.is(sent.length, 2);
+  // An AUTH_SYS credential whose body is malformed (17 gids): the server answers AUTH_BADCRED.
+  const gids = Array.from({ length: 17 }, (_, i) => i);
+  const body = xdr(1, 0, 0, 0, 17, ...gids);
+  const badSys = xdr(0x33, 0, 2, PROG, 1, 1, 1, body.length, body, 0, 0);
+  const d = client();
+  router.onRecord(d.conn, badSys);
+  t.is(d.c.destroyed, null);
+  t.is(sent.length, 3);
+  t.is(router.snapshot().malformed, 1);
 });
