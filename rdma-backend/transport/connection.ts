@@ -64,7 +64,7 @@ import {
   WrOpcode,
 } from '../verbs/index.js';
 import { BufferSlab } from './buffers.js';
-import { nextControlXid, type PendingError, sendConnProp, sendControl, sendError } from './control.js';
+import { nextControlXid, type OwedControl, sendConnProp, sendControl, sendError } from './control.js';
 import { CreditWindow, Fifo } from './credits.js';
 import { connectionLost, TransportError } from './errors.js';
 import { TRANSPORT_LOG_BUDGET } from './log-budget.js';
@@ -348,17 +348,19 @@ export class RpcRdmaConnection {
   /** Replies waiting for a send buffer outside the control reserve (`reply`, `flushPendingReplies`). */
   readonly pendingReplies = new Fifo<PendingReply>(16);
   /**
-   * Error answers waiting for any free send buffer (`sendError`): never dropped for want of one, and never
-   * more than `pendingErrorsCap` (beyond, the peer is not conforming and its connection closes).
+   * Control messages owed to the peer waiting for any free send buffer, oldest first: error answers
+   * (`sendError`) and DONEs (`sendDone`), never dropped for want of one, and never more than
+   * `owedControlCap` (beyond, the peer is not conforming and its connection closes).
    */
-  readonly pendingErrors = new Fifo<PendingError>(8);
+  readonly owedControl = new Fifo<OwedControl>(8);
 
   /**
-   * The most error answers a conforming peer can be owed at once: one per call of its within our grant,
-   * and one per message in the control reserve (`recvCount`); it waits for each before it sends again.
+   * The most control messages a conforming peer can be owed at once: an answer per call of its within our
+   * grant and per message in the control reserve (`recvCount`), as it waits for each before it sends
+   * again, and a DONE per credit of ours, as each holds its call's credit until it is posted.
    */
-  get pendingErrorsCap(): number {
-    return this.grant + CONTROL_RESERVE;
+  get owedControlCap(): number {
+    return this.grant + CONTROL_RESERVE + this.credits.max;
   }
 
   /** `close()` was called or the connection is gone: nothing more is worth starting on it. */
@@ -1056,7 +1058,7 @@ export class RpcRdmaConnection {
       this.sendMessages[s] = null; // the socket may still hold views of it: left to the GC
     }
     this.pendingReplies.drain();
-    this.pendingErrors.drain();
+    this.owedControl.drain();
     for (const exposed of this.rprcPending.values()) this.registrar.release(exposed.reg, true);
     this.rprcPending.clear();
     if (this.rprcTimer !== null) {
@@ -1177,7 +1179,7 @@ export class RpcRdmaConnection {
       this.queue.length > 0 ||
       this.inboundActive > 0 ||
       this.pendingReplies.length > 0 ||
-      this.pendingErrors.length > 0 ||
+      this.owedControl.length > 0 ||
       this.rprcPending.size > 0
     );
   }

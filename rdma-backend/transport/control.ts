@@ -23,10 +23,11 @@ import { WrOpcode } from '../verbs/index.js';
 import type { RpcRdmaConnection } from './connection.js';
 import { CONTROL_RESERVE } from './options.js';
 
-/** Sends an error answer that waited for a send buffer (`PendingError`). */
-export function sendPendingError(c: RpcRdmaConnection, e: PendingError): void {
-  if (e.vers) sendVersError(c, e.xid, e.version, e.body.versLow ?? 1, e.body.versHigh ?? 1);
-  else sendError(c, e.xid, e.version, e.body, e.detail);
+/** Sends a control message that waited for a send buffer (`OwedControl`); one is free. */
+export function sendOwed(c: RpcRdmaConnection, m: OwedControl): void {
+  if (m.kind === 'done') sendDone(c, m.xid, m.rkey, m.holdsCredit);
+  else if (m.vers) sendVersError(c, m.xid, m.version, m.body.versLow ?? 1, m.body.versHigh ?? 1);
+  else sendError(c, m.xid, m.version, m.body, m.detail);
 }
 
 /** Sends a message that carries no RPC (it lands in one of the peer's reserve Receives). */
@@ -75,7 +76,10 @@ export function sendVersError(
   high: number,
 ): void {
   const body = { code: ERR_VERS, versLow: low, versHigh: high };
-  if (queuedForSlot(c, xid, theirVersion, body, undefined, true)) return;
+  if (mustWait(c)) {
+    owe(c, { kind: 'answer', xid, version: theirVersion, body, detail: undefined, vers: true });
+    return;
+  }
   const slot = headerSlot(c);
   if (slot < 0) return;
   encodeVersError(c.w, xid, theirVersion, c.grant, low, high);
@@ -110,8 +114,14 @@ function countSent(
   );
 }
 
-/** An error answer waiting for a free send buffer (`RpcRdmaConnection.pendingErrors`). */
-export interface PendingError {
+/**
+ * A control message owed to the peer that waits for a free send buffer (`RpcRdmaConnection.owedControl`):
+ * an error answer to a message of its, or the RDMA2_DONE of a reply we pulled (or could not).
+ */
+export type OwedControl = OwedAnswer | OwedDone;
+
+export interface OwedAnswer {
+  kind: 'answer';
   xid: number;
   /** The version the answer is sent in: for ERR_VERS, the peer's own (`sendVersError`). */
   version: number;
@@ -121,55 +131,60 @@ export interface PendingError {
   vers: boolean;
 }
 
-/**
- * Whether an error answer must wait for a send buffer: none is free on a connection still up. It waits in
- * `pendingErrors` (sent by `flushPendingReplies` at the next Send completion) instead of being dropped:
- * the message it answers took a credit, and the requester waits for an answer to every call it sent
- * (RFC 8166 §3.3.1) — a refusal lost under a backlog of replies would leave the call hanging, its credit
- * with it.
- *
- * At most `pendingErrorsCap` wait: a conforming peer waits for each answer before it uses that credit (or
- * reserve Receive) again, so it is never owed more. One that goes on sending while none of our Sends
- * completes (it stops reading) would grow the queue without bound: its connection is closed instead
- * (`answersOverflowed`), and the answer is dropped, as is any that follows while it closes.
- */
-function queuedForSlot(
-  c: RpcRdmaConnection,
-  xid: number,
-  version: number,
-  body: RpcRdmaErrorBody,
-  detail: RefusalDetail | undefined,
-  vers = false,
-): boolean {
-  if (c.state === 'closed' || c.sendSlab.available > 0) return false;
-  if (c.pendingErrors.length >= c.pendingErrorsCap) {
-    answersOverflowed(c, xid, version, body.code);
-    return true;
-  }
-  c.pendingErrors.push({ xid, version, body, detail, vers });
-  return true;
+export interface OwedDone {
+  kind: 'done';
+  xid: number;
+  /** Sent With Invalidate of this R_key when non-zero (`sendDone`). */
+  rkey: number;
+  /** It holds its call's credit until it is posted (`pullDone`); not for an XID we no longer know. */
+  holdsCredit: boolean;
 }
 
-/** One error answer more than a conforming peer can be owed is due (`queuedForSlot`): its connection ends. */
-function answersOverflowed(c: RpcRdmaConnection, xid: number, version: number, code: number): void {
+/**
+ * Whether a control message owed to the peer must wait for a send buffer: none is free on a connection
+ * still up. It waits in `owedControl` (sent first, by `flushPendingReplies`, at the next Send completion)
+ * instead of being dropped. An error answer: the message it answers took a credit, and the requester
+ * waits for an answer to every call it sent (RFC 8166 §3.3.1) — a refusal lost under a backlog of replies
+ * would leave the call hanging, its credit with it. A DONE: without it the responder keeps the reply
+ * exposed, and counted against its cap of exposed replies, until it revokes it (seed 002 §4.1.3).
+ */
+function mustWait(c: RpcRdmaConnection): boolean {
+  return c.state !== 'closed' && c.sendSlab.available === 0;
+}
+
+/**
+ * Queues a control message owed to the peer (`mustWait`), at most `owedControlCap`: a conforming peer
+ * waits for each answer before it uses that credit (or reserve Receive) again, and each DONE holds a
+ * credit of ours, so no more is ever owed. A peer that goes on sending while none of our Sends completes
+ * (it stops reading) would grow the queue without bound: its connection is closed instead
+ * (`owedOverflowed`), and the message is dropped, as is any that follows while it closes.
+ */
+function owe(c: RpcRdmaConnection, m: OwedControl): void {
+  if (c.owedControl.length >= c.owedControlCap) owedOverflowed(c, m);
+  else c.owedControl.push(m);
+}
+
+/** One control message more than a conforming peer can be owed is due (`owe`): its connection ends. */
+function owedOverflowed(c: RpcRdmaConnection, m: OwedControl): void {
   c.counters.droppedMessages++;
   if (c.closing) return;
-  const owed = c.pendingErrors.length;
+  const owed = c.owedControl.length;
   const reason =
-    `${owed} error answers wait for a send buffer, the most a conforming peer can be owed ` +
-    `(our grant of ${c.grant} calls + ${CONTROL_RESERVE} control messages), and the peer sent another ` +
-    'message to refuse: it keeps sending while none of our Sends completes';
+    `${owed} control messages owed to the peer wait for a send buffer, the most a conforming peer can be ` +
+    `owed (answers to our grant of ${c.grant} calls and to ${CONTROL_RESERVE} control messages, a DONE ` +
+    `per credit of ours, ${c.credits.max}), and another is due: it keeps sending while none of our Sends ` +
+    'completes';
   c.logPeerError(
     {
       code: 'ERR_TRANSPORT_PEER_PROTOCOL',
-      due: rpcRdmaErrorName(version, code),
-      xid,
-      version,
-      reason: 'error answers owed beyond what a conforming peer can be owed',
+      due: m.kind === 'done' ? 'RDMA2_DONE' : rpcRdmaErrorName(m.version, m.body.code),
+      xid: m.xid,
+      ...(m.kind === 'answer' ? { version: m.version } : {}),
+      reason: 'more control messages owed than a conforming peer can be owed',
       owed,
-      cap: c.pendingErrorsCap,
+      cap: c.owedControlCap,
     },
-    `RDMA peer's message refused and its connection closed: ${reason}`,
+    `RDMA peer's connection closed: ${reason}`,
   );
   c.close(reason, true);
 }
@@ -181,7 +196,10 @@ export function sendError(
   body: RpcRdmaErrorBody,
   detail?: RefusalDetail,
 ): void {
-  if (queuedForSlot(c, xid, version, body, detail)) return;
+  if (mustWait(c)) {
+    owe(c, { kind: 'answer', xid, version, body, detail, vers: false });
+    return;
+  }
   // An error answers a message of the peer's: the credit word is our grant, F_RESPONSE is set.
   const sent =
     version === 1
@@ -212,11 +230,20 @@ export function sendConnProp(c: RpcRdmaConnection, xid: number, flags: number, c
   });
 }
 
-/** RDMA2_DONE: pull completion for `xid` (seed 002 §4.1.3), With Invalidate of `rkey` when non-zero. */
-export function sendDone(c: RpcRdmaConnection, xid: number, rkey: number): void {
+/**
+ * RDMA2_DONE: pull completion for `xid` (seed 002 §4.1.3), With Invalidate of `rkey` when non-zero. It
+ * waits for a send buffer when none is free (`mustWait`), never dropped for want of one; `holdsCredit`:
+ * its call's credit comes back once it is posted (`pullDone`).
+ */
+export function sendDone(c: RpcRdmaConnection, xid: number, rkey: number, holdsCredit: boolean): void {
+  if (mustWait(c)) {
+    owe(c, { kind: 'done', xid, rkey, holdsCredit });
+    return;
+  }
   // The XID is the requester's own: F_RESPONSE clear, the credit word is a request (seed 004 §3.2).
   const h = { version: 2, htype: RDMA2_DONE, xid, credit: c.credits.max, flags: 0 } as const;
   if (sendHeader(c, h, rkey)) c.counters.donesSent++;
+  if (holdsCredit) c.credits.release();
 }
 
 /** An XID for a message that carries no RPC: never one a call of ours has in flight. */

@@ -285,7 +285,7 @@ export function onReply(
   if (st === null) {
     // Seed 002 §4.1.3: a reply with a responder-provided Read chunk for an XID we forgot still gets
     // its pull-completion notification, so the responder can invalidate.
-    if (pulled) sendDone(c, h.xid, 0);
+    if (pulled) sendDone(c, h.xid, 0, false);
     c.counters.droppedMessages++;
     return;
   }
@@ -610,11 +610,11 @@ export function onPullDone(c: RpcRdmaConnection, idx: number, none = false): voi
 /**
  * Pull completion notification (seed 002 §4.1.2) for a call whose credit `takeAnswered` kept: once the
  * DONE is posted, the credit it held comes back (a DONE and the next call travel in order, so the
- * responder takes the DONE before that call).
+ * responder takes the DONE before that call). A DONE that finds no send buffer waits for one, keeping the
+ * credit, and goes before any call (`flushPendingReplies`).
  */
 function pullDone(c: RpcRdmaConnection, xid: number, rkey: number): void {
-  sendDone(c, xid, rkey);
-  c.credits.release();
+  sendDone(c, xid, rkey, true);
 }
 
 /**

@@ -27,7 +27,7 @@ import {
 } from '../protocol/index.js';
 import { type MemoryRegion, SendFlags, WcFlags, type WorkCompletion, WrOpcode } from '../verbs/index.js';
 import type { RpcRdmaConnection } from './connection.js';
-import { type PendingError, type RefusalDetail, sendError, sendPendingError } from './control.js';
+import { type OwedControl, type RefusalDetail, sendError, sendOwed } from './control.js';
 import {
   copyOf,
   copyReduced,
@@ -566,8 +566,8 @@ export interface PendingReply {
  * theirs too), then replies while buffers outside the reserve are free (`RpcRdmaConnection.reply`).
  */
 export function flushPendingReplies(c: RpcRdmaConnection): void {
-  while (c.pendingErrors.length > 0 && c.sendSlab.available > 0) {
-    sendPendingError(c, c.pendingErrors.shift() as PendingError);
+  while (c.owedControl.length > 0 && c.sendSlab.available > 0) {
+    sendOwed(c, c.owedControl.shift() as OwedControl);
   }
   while (c.pendingReplies.length > 0 && c.sendSlab.available > CONTROL_SEND_SLOTS) {
     const p = c.pendingReplies.shift() as PendingReply;

@@ -49,12 +49,12 @@ test('replyError with every send buffer taken: the refusal waits for one and is 
     const taken = takeSlots(lb.server, 0);
     lb.server.replyError(lb.responder.held[0], { code: 9 });
     t.is(lb.server.counters.droppedMessages, 0, 'the refusal is not dropped');
-    t.is(lb.server.pendingErrors.length, 1);
+    t.is(lb.server.owedControl.length, 1);
     t.true(lb.server.workInFlight, 'an answer owed is work under way');
     giveBack(lb.server, taken);
     const [o] = await lb.collector.wait(1);
     t.is(o.error?.code, 'ERR_TRANSPORT_PEER_SYSTEM');
-    t.is(lb.server.pendingErrors.length, 0);
+    t.is(lb.server.owedControl.length, 0);
     t.is(lb.client.credits.outstanding, 0, "the call's credit came back");
   } finally {
     await lb.close();
@@ -73,7 +73,7 @@ test('a call refused on arrival while every send buffer is taken gets its refusa
       await new Promise((r) => setTimeout(r, 5));
     t.is(lb.server.counters.callsReceived, 2);
     t.is(lb.server.counters.droppedMessages, 0, 'the refusal is not dropped');
-    t.is(lb.server.pendingErrors.length, 1);
+    t.is(lb.server.owedControl.length, 1);
     giveBack(lb.server, taken);
     const outs = await lb.collector.wait(2);
     t.is(outs[1].error?.code, 'ERR_TRANSPORT_PEER_SYSTEM');
@@ -96,7 +96,7 @@ test('a reply waits rather than take the control reserve, which a refusal then s
     t.is(lb.server.pendingReplies.length, 1, 'the reply waits for a buffer outside the reserve');
     t.is(lb.server.sendSlab.available, CONTROL_SEND_SLOTS);
     lb.server.replyError(toRefuse, { code: 9 });
-    t.is(lb.server.pendingErrors.length, 0, 'the refusal went out at once, from the reserve');
+    t.is(lb.server.owedControl.length, 0, 'the refusal went out at once, from the reserve');
     t.is(lb.server.counters.errorsSent, 1);
     const [refused] = await lb.collector.wait(1);
     t.is(refused.call.xid, 6);
@@ -119,20 +119,20 @@ test('a peer that keeps sending malformed messages while none of our Sends compl
     // Version 2 first (CONNPROP and its answer), then the peer stops reading: every send buffer is taken.
     await peer.ask(headerBytes({ version: 2, htype: 5, xid: 1, credit: 4, props: [] }));
     const conn = s.conns[0];
-    const cap = conn.grant + CONTROL_RESERVE;
-    t.is(conn.pendingErrorsCap, cap);
+    const cap = conn.grant + CONTROL_RESERVE + conn.credits.max;
+    t.is(conn.owedControlCap, cap);
     let atClose: { reason: string | undefined; failure: boolean | undefined; owed: number } | null = null;
     let peak = 0;
     const close = conn.close.bind(conn);
     conn.close = (reason?: string, failure?: boolean) => {
-      atClose ??= { reason, failure, owed: conn.pendingErrors.length };
+      atClose ??= { reason, failure, owed: conn.owedControl.length };
       close(reason, failure);
     };
     takeSlots(conn, 0);
     // Unknown header types (RDMA2_ERR_INVAL_HTYPE each), more than the cap.
     for (let i = 0; i < cap + 5; i++) peer.send(words(100 + i, 2, 4, 42, 0));
     for (let i = 0; i < 1000 && atClose === null; i++) {
-      peak = Math.max(peak, conn.pendingErrors.length);
+      peak = Math.max(peak, conn.owedControl.length);
       await new Promise((r) => setTimeout(r, 5));
     }
     const closed = atClose as {
@@ -146,11 +146,11 @@ test('a peer that keeps sending malformed messages while none of our Sends compl
     t.true(closed?.failure, 'closed as a failure');
     t.regex(
       closed?.reason ?? '',
-      /error answers wait for a send buffer, the most a conforming peer can be owed/,
+      /control messages owed to the peer wait for a send buffer, the most a conforming peer can be owed/,
     );
     await peer.until(() => peer.disconnected, 'DISCONNECTED', 10000);
     t.is(conn.state, 'closed');
-    t.is(conn.pendingErrors.length, 0);
+    t.is(conn.owedControl.length, 0);
     const refused = lines.find(
       (l) => l.obj.code === 'ERR_TRANSPORT_PEER_PROTOCOL' && l.obj.cap === cap && l.obj.owed === cap,
     );
@@ -161,5 +161,53 @@ test('a peer that keeps sending malformed messages while none of our Sends compl
   } finally {
     peer.close();
     await s.close();
+  }
+});
+
+test('a pull that completes while every send buffer is taken: its DONE waits for one, keeping the credit, and then releases the exposed reply', async (t) => {
+  // A long expiry: only the DONE can release the exposed reply within the test.
+  const lb = await loopback({ server: { rprcExpiryMs: 600_000 } });
+  lb.responder.ddpResults = false;
+  try {
+    lb.client.submit(TestCall.echo(1, Buffer.from('v2 first'), false));
+    await lb.collector.wait(1);
+    // The reply arrives and its pull starts (the sink is registered) with no send buffer free on the
+    // requester: the DONE will find none when the pull completes.
+    const taken: number[] = [];
+    const registrar = lb.client.registrar;
+    const acquireTarget = registrar.acquireTarget.bind(registrar);
+    registrar.acquireTarget = (size: number) => {
+      taken.push(...takeSlots(lb.client, 0));
+      return acquireTarget(size);
+    };
+    const c = TestCall.echo(2, pattern(30001, 2), false);
+    c.maxReplySize = 1000; // fits inline as far as the caller knows: no Reply chunk offered
+    lb.client.submit(c);
+    const outs = await lb.collector.wait(2);
+    t.falsy(outs[1].error, outs[1].error?.message);
+    t.deepEqual(replyData(outs[1].reply as Buffer), pattern(30001, 2));
+    t.true(taken.length > 0, 'the send buffers were taken before the pull');
+    t.is(lb.client.counters.droppedMessages, 0, 'the DONE is not dropped');
+    t.is(lb.client.owedControl.length, 1, 'the DONE waits for a send buffer');
+    t.is(lb.client.owedControl.peek()?.kind, 'done');
+    t.is(lb.client.counters.donesSent, 0);
+    t.is(lb.client.credits.outstanding, 1, "the DONE keeps its call's credit until it is posted");
+    t.is(lb.server.rprcPending.size, 1, 'the reply stays exposed until the DONE');
+    giveBack(lb.client, taken);
+    t.is(lb.client.owedControl.length, 0);
+    t.is(lb.client.counters.donesSent, 1, 'the DONE went with the first free buffer');
+    t.is(lb.client.credits.outstanding, 0, 'and its credit came back');
+    for (let i = 0; i < 1000 && lb.server.rprcPending.size > 0; i++)
+      await new Promise((r) => setTimeout(r, 5));
+    t.is(lb.server.rprcPending.size, 0, 'the exposed reply was released by the DONE');
+    t.is(lb.server.counters.rprcExpired, 0);
+    t.is(lb.server.registrar.inUse, 0, 'nothing left exposed');
+    t.is(lb.server.counters.droppedMessages, 0);
+    // And the connection goes on.
+    lb.client.submit(TestCall.echo(3, Buffer.from('after'), false));
+    const after = await lb.collector.wait(3);
+    t.falsy(after[2].error, after[2].error?.message);
+  } finally {
+    await lb.close();
   }
 });
