@@ -146,6 +146,9 @@ function fail(ctx: Omit<CommandContext, 'args'>, err: unknown): number {
   return 1;
 }
 
+/** How long the process may stay alive after its command ended before it exits anyway (see below). */
+const EXIT_GRACE_MS = 3000;
+
 const invokedDirectly =
   process.argv[1] !== undefined && fileURLToPath(import.meta.url) === (await realpath(process.argv[1]));
 
@@ -170,8 +173,20 @@ if (invokedDirectly) {
     stderr: process.stderr,
   });
   process.exitCode = code;
-  // The command is over: its code is the process's. Whatever a failed command could not undo (a socket,
-  // a timer of a component half started) must not keep the process alive with nobody left to stop it.
+  // The command is over and everything it started should be closed, so the process ends by itself. If
+  // something was not (a socket or a timer of a component a failed start could not undo), the process
+  // must not stay alive with nobody left to stop it: after a grace period it exits anyway and says what
+  // was still open, which the tests assert never happens. The timer is unref'd: it never holds the
+  // process up itself.
   await Promise.all([flushed(process.stdout), flushed(process.stderr)]);
-  process.exit(code);
+  setTimeout(() => {
+    // (Not the timer itself, nor stdio's pipes or terminal, which every process has.)
+    const open = process
+      .getActiveResourcesInfo()
+      .filter((r) => r !== 'Timeout' && r !== 'PipeWrap' && r !== 'TTYWrap');
+    process.stderr.write(
+      `rpcrdma-gateway: still open ${EXIT_GRACE_MS} ms after the command ended (${open.join(', ') || 'nothing named'}): exiting\n`,
+      () => process.exit(code),
+    );
+  }, EXIT_GRACE_MS).unref();
 }

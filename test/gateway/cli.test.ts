@@ -235,6 +235,7 @@ test('an admin port already taken stops the gateway or responder it started and 
     t.true(ms < 15_000, `${command} exited after ${ms} ms`);
     t.is(r.code, 1, r.stderr);
     t.regex(r.stderr, /EADDRINUSE/);
+    t.notRegex(r.stderr, /still open \d+ ms after the command ended/, `${command} left something open`);
     t.notRegex(r.stdout, banner, `no banner from ${command}`);
   }
 });
@@ -246,8 +247,8 @@ test('a start-up that fails after something started exits by itself with its cod
   const takenPort = (taken.address() as AddressInfo).port;
   const frontend = await freePort();
   const cases: [string, string[], number, RegExp][] = [
-    // The route is refused by the routing table (a configuration error: 2) — once the embedded peer
-    // was already up, it used to print the error and stay alive.
+    // The route is refused by the routing table (a configuration error: 2), now before anything starts;
+    // it used to be refused once the embedded peer was up, print the error and stay alive.
     [
       'start',
       ['--listen', `127.0.0.1:${frontend}`, '--routes', 'mountd=tcp', '--admin-listen', '127.0.0.1:0'],
@@ -270,6 +271,9 @@ test('a start-up that fails after something started exits by itself with its cod
       1,
       new RegExp(`cannot listen on 127\\.0\\.0\\.1:${takenPort}: EADDRINUSE`),
     ],
+    // The client port is taken (1) after the embedded peer (its RDMA listener, its test program) and
+    // the RDMA pool started: all of it is stopped again.
+    ['start', ['--listen', `127.0.0.1:${takenPort}`, '--admin-listen', '127.0.0.1:0'], 1, /EADDRINUSE/],
   ];
   for (const [command, args, code, message] of cases) {
     const started = Date.now();
@@ -278,5 +282,7 @@ test('a start-up that fails after something started exits by itself with its cod
     t.true(ms < 10_000, `${command} exited after ${ms} ms (killed at 15 s: it hung)`);
     t.is(r.code, code, r.stderr);
     t.regex(r.stderr, message);
+    // It ended because everything it started was stopped, not because the CLI gave up waiting.
+    t.notRegex(r.stderr, /still open \d+ ms after the command ended/, `${command} ${args.join(' ')}`);
   }
 });

@@ -145,5 +145,6 @@ test('responder killed, upstream restarted, outage past the hold time: no call l
     const ms = await stopWithin(c, EXIT_BOUND_MS);
     t.true(ms < EXIT_BOUND_MS, `${name} exited by itself after SIGTERM (${ms} ms)`);
     t.is(await c.exited, 0, `${name} exit code`);
+    t.notRegex(c.output(), /still open \d+ ms after the command ended/, `${name} left something open`);
   }
 });
