@@ -552,7 +552,10 @@ export function renderChart(chartDir, { valuesFiles = [], release = {} } = {}) {
   for (const f of files) {
     if (f.startsWith('_')) continue;
     const path = `${basePath}/${f}`;
-    const text = renderer.renderNamed(path, { ...root, Template: { ...root.Template, Name: path } });
+    // One top-level object for every template of the render, as Helm's engine has (it only sets its
+    // Template before each file): what a template `set`s on it, the next one sees.
+    root.Template = { ...root.Template, Name: path };
+    const text = renderer.renderNamed(path, root);
     if (f === 'NOTES.txt') notes = text;
     else if (text.trim() !== '') manifests.push({ path, text });
   }

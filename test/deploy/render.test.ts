@@ -2,7 +2,8 @@
  * The chart renderer (deploy/scripts/helm-lite.mjs) follows Go text/template semantics where the chart
  * depends on them, and the chart refuses the configurations it documents as unworkable.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor';
@@ -85,6 +86,82 @@ test('the default values render: a Deployment in the gateway role, non-root, wit
   const secret = docs.find((d) => d.kind === 'Secret');
   t.is(Buffer.from(secret!.data!['admin-token'], 'base64').length, 40);
   t.regex(notes, /WARNING: config\.rdma\.peer is "embedded"/);
+});
+
+test('templates of one render share the top-level object, as in Helm: what one sets, the next sees', async (t) => {
+  const { renderChart } = await helmLite();
+  const dir = mkdtempSync(join(tmpdir(), 'helm-lite-'));
+  try {
+    mkdirSync(join(dir, 'templates'));
+    writeFileSync(join(dir, 'Chart.yaml'), 'apiVersion: v2\nname: t\nversion: 1.0.0\n');
+    writeFileSync(join(dir, 'values.yaml'), 'v: 1\n');
+    // Helm renders files in its own order; either way the value is worked out once.
+    writeFileSync(
+      join(dir, 'templates', '_h.tpl'),
+      '{{- define "once" -}}{{- if not (hasKey . "k") -}}{{- $_ := set . "k" (randAlphaNum 20) -}}{{- end -}}{{ index . "k" }}{{- end -}}',
+    );
+    writeFileSync(join(dir, 'templates', 'a.yaml'), 'a: {{ include "once" . }}\n');
+    writeFileSync(join(dir, 'templates', 'b.yaml'), 'b: {{ include "once" . }}\n');
+    const [a, b] = renderChart(dir).manifests.map((m) => m.text.split(': ')[1]);
+    t.is(a.length, 21);
+    t.is(a, b);
+    // A new render starts afresh.
+    t.not(renderChart(dir).manifests[0].text.split(': ')[1], a);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+/** The workload's pod annotations, the Secret's text and token of a render. */
+function adminTokenOf(rendered: { manifests: { path: string; text: string }[] }) {
+  const docs = docsOf(rendered);
+  const secretText = rendered.manifests.find((m) => m.path.endsWith('/secret.yaml'))?.text;
+  const secret = docs.find((d) => d.kind === 'Secret');
+  return {
+    annotations: docs.find((d) => d.kind === 'Deployment')!.spec.template.metadata.annotations as Record<
+      string,
+      string
+    >,
+    secretText,
+    token: secret ? Buffer.from(secret.data!['admin-token'], 'base64').toString() : undefined,
+  };
+}
+
+const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
+
+test("a changed admin token rolls the pods (checksum/secret); a generated one matches its Secret's in the same render", async (t) => {
+  // The pods read the token from their environment at start: the pod template carries the Secret's checksum,
+  // so a new token is a new pod template, which the Deployment rolls out.
+  const a1 = adminTokenOf(await renderChartWith('admin: {token: token-a}\n'));
+  const a2 = adminTokenOf(await renderChartWith('admin: {token: token-a}\n'));
+  const b = adminTokenOf(await renderChartWith('admin: {token: token-b}\n'));
+  t.is(a1.token, 'token-a');
+  t.is(a1.annotations['checksum/secret'], sha256(a1.secretText!));
+  t.is(a1.annotations['checksum/secret'], a2.annotations['checksum/secret'], 'same token, same pods');
+  t.not(a1.annotations['checksum/secret'], b.annotations['checksum/secret'], 'new token, new pods');
+  // Generated (no admin.token): the annotation is the checksum of the Secret this very render makes, not of
+  // a second random token. Without a cluster (`helm template`, Argo CD) lookup finds nothing, so each render
+  // makes a new token and the pods follow it; docs/deploy.md tells GitOps renders to set one.
+  const g1 = adminTokenOf(await renderChartWith('{}\n'));
+  const g2 = adminTokenOf(await renderChartWith('{}\n'));
+  t.is(g1.token?.length, 40);
+  t.is(g1.annotations['checksum/secret'], sha256(g1.secretText!));
+  t.not(g1.token, g2.token);
+  t.not(g1.annotations['checksum/secret'], g2.annotations['checksum/secret']);
+  // An existing Secret is not the chart's: no Secret, no checksum of one.
+  const e = adminTokenOf(await renderChartWith('admin: {existingSecret: mine}\n'));
+  t.is(e.secretText, undefined);
+  t.false('checksum/secret' in e.annotations);
+  const docs = readFileSync(join(chartDir, '..', '..', '..', 'docs', 'deploy.md'), 'utf8');
+  const section = /### The admin token\n([\s\S]*?)\n### /.exec(docs)?.[1] ?? '';
+  for (const re of [
+    /helm template/,
+    /Argo CD/,
+    /`admin\.token`/,
+    /`admin\.existingSecret`/,
+    /checksum\/secret/,
+  ])
+    t.regex(section, re);
 });
 
 test('the chart refuses a grace period that would cut the drain short', async (t) => {

@@ -61,6 +61,29 @@ app.kubernetes.io/component: {{ .Values.mode }}
 {{- if .Values.admin.existingSecret -}}{{ .Values.admin.existingSecretKey }}{{- else -}}admin-token{{- end -}}
 {{- end -}}
 
+{{/* The token in the chart's own Secret: admin.token; else the one already in the cluster (`lookup`, which
+answers during `helm install`/`upgrade`), so a generated token survives upgrades; else a new random one.
+`helm template`, and GitOps tools that render with it (Argo CD), have no cluster to look in: there every
+render generates a new token, so set admin.token or admin.existingSecret (docs/deploy.md). Worked out once
+per render and kept in the top-level context, which Helm shares between the templates of one render (not
+in .Values, which the chart never changes), so that the Secret and the pods' checksum/secret annotation
+see the same token. Call it with the top-level context. */}}
+{{- define "rpcrdma-gateway.adminToken" -}}
+{{- if not (hasKey . "rpcrdmaGatewayAdminToken") -}}
+{{- $token := .Values.admin.token -}}
+{{- if not $token -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "rpcrdma-gateway.adminSecretName" .) -}}
+{{- if and $existing (hasKey $existing "data") -}}
+{{- $token = index $existing.data "admin-token" | b64dec -}}
+{{- else -}}
+{{- $token = randAlphaNum 40 -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set . "rpcrdmaGatewayAdminToken" $token -}}
+{{- end -}}
+{{- index . "rpcrdmaGatewayAdminToken" -}}
+{{- end -}}
+
 {{/* The data port of the role: NFS for the gateway, RPC-over-RDMA for the responder. */}}
 {{- define "rpcrdma-gateway.dataPort" -}}
 {{- if eq .Values.mode "gateway" -}}{{ .Values.ports.nfs }}{{- else -}}{{ .Values.ports.rdma }}{{- end -}}
