@@ -213,5 +213,6 @@ test('a portmapper that accepts and never answers: discovery fails within its ti
   ]);
   t.true(outcome instanceof DiscoveryError, String(outcome));
   t.is((outcome as DiscoveryError).code, 'ERR_PMAP_UNREACHABLE');
-  t.true(Date.now() - started < 1500, `returned after ${Date.now() - started} ms`);
+  // (Generous for a busy machine: the fault was a discovery that never returned.)
+  t.true(Date.now() - started < 4000, `returned after ${Date.now() - started} ms`);
 });

@@ -492,7 +492,8 @@ test('stop() while a passthrough call is held by an upstream that never answers 
   ]);
   t.is(stopped, 'stopped');
   // The drain time (the client waits for its call), then the upstream connection goes at once.
-  t.true(Date.now() - started < 1500, `stopped after ${Date.now() - started} ms`);
+  // (Bounds generous for a busy machine: the fault was a stop that never ended.)
+  t.true(Date.now() - started < 4000, `stopped after ${Date.now() - started} ms`);
   t.is(g.snapshot().passthrough?.upstreamLost, 0, 'closed on purpose, not lost');
 });
 
