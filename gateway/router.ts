@@ -24,7 +24,9 @@
  *   backchannel stay consistent. When that connection is gone the call goes to the least-loaded one and
  *   the session follows it (re-learned). Sessions are forgotten on a successful DESTROY_SESSION or when
  *   their client leaves (unless another client bound them), and beyond a per-client cap. Only calls the
- *   session parser tagged have their replies inspected.
+ *   session parser tagged have their replies inspected. Under RPCSEC_GSS integrity (krb5i) calls and
+ *   replies are read inside `databody_integ` (RFC 2203 §5.3.2.2); under privacy (krb5p) sessions are not
+ *   learned (ulb/sessions.ts).
  * - Backchannel (gateway/backchannel/relay.ts): backward calls on a connection go to the client owning
  *   the session; REPLY records from clients are their answers.
  * - A client that went away: its waiting calls are dropped; its calls in flight, the replies that come
@@ -69,7 +71,7 @@ import {
 import { SessionTable } from './router/sessions.js';
 import { isIdempotent } from './ulb/idempotent.js';
 import type { UlbRegistry } from './ulb/registry.js';
-import { SessionOp, SessionReply, sessionOfReply, sessionOpOfCall } from './ulb/sessions.js';
+import { gssIntegrity, SessionOp, SessionReply, sessionOfReply, sessionOpOfCall } from './ulb/sessions.js';
 import { UlbOutcome } from './ulb/types.js';
 
 const EMPTY = Buffer.alloc(0);
@@ -627,6 +629,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
         this.registry.planCall(h, r.plan);
         const op = sessionOpOfCall(h, record, r.sessionId, r.plan);
         r.sessionOp = op;
+        if (op !== SessionOp.NONE) r.sessionIntegrity = gssIntegrity(h);
         if (op === SessionOp.SEQUENCE || op === SessionOp.BIND || op === SessionOp.DESTROY) {
           r.session = this.sessions.find(r.sessionId);
         }
@@ -1016,7 +1019,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
    */
   private sessionReply(r: CallRecord, link: ConnectionLink | null, reply: Buffer): void {
     const client = r.client as ClientState;
-    const outcome = sessionOfReply(reply, r.sessionOp, r.sessionId);
+    const outcome = sessionOfReply(reply, r.sessionOp, r.sessionId, r.sessionIntegrity);
     if (outcome === SessionReply.FAILED) return;
     if (r.sessionOp === SessionOp.DESTROY) {
       const s = this.sessions.find(r.sessionId);

@@ -77,6 +77,11 @@ export class CallRecord implements TransportCall {
   next: CallRecord | null = null;
   /** What the call means for NFSv4.1 session state (`SessionOp.NONE` for everything else). */
   sessionOp: SessionOp = SessionOp.NONE;
+  /**
+   * A session call under RPCSEC_GSS integrity (RFC 2203 §5.3.2.2): its reply's results are read inside
+   * `databody_integ` (`sessionOfReply`).
+   */
+  sessionIntegrity = false;
   /** The session id the call names (SEQUENCE, BIND_CONN_TO_SESSION, DESTROY_SESSION) or a reply granted. */
   readonly sessionId = Buffer.alloc(SESSIONID_SIZE);
   /** The known session the call belongs to: it goes on that session's connection (affinity). */
@@ -110,6 +115,7 @@ export class CallRecord implements TransportCall {
     this.idempotent = false;
     this.next = null;
     this.sessionOp = SessionOp.NONE;
+    this.sessionIntegrity = false;
     this.session = null;
     this.pinned = null;
     this.pinWaitSince = -1;

@@ -8,10 +8,18 @@
  * DESTROY_SESSION, which may come anywhere after a SEQUENCE (RFC 8881 §18.37.3): finding it, and its
  * result in the reply, steps over the operations before it with the NFSv4 walker (nfs4.ts). Nothing here
  * allocates or throws; anything that does not parse is "not a session operation" (or, after SEQUENCE,
- * just that SEQUENCE) and the call is routed like any other (correct, just without affinity).
+ * just that SEQUENCE) and the call is routed like any other.
+ *
+ * RPCSEC_GSS (RFC 2203 §5.3.2): with service none the arguments and results are plain; with integrity
+ * they sit in `databody_integ` and are read there (`argsOf`, `unwrapIntegrity`), in calls, replies and
+ * callbacks alike. Linux sends EXCHANGE_ID, CREATE_SESSION and BIND_CONN_TO_SESSION under krb5i when it
+ * has a machine credential, and a sec=krb5i mount wraps every COMPOUND: a session not learned there has
+ * no affinity and, worse, no backchannel, so every callback of it would be refused. With privacy
+ * (krb5p) they are encrypted: such a session cannot be learned, its calls go without affinity and its
+ * callbacks only where the connection leaves no choice (backchannel/relay.ts).
  */
 import type { RpcCallHeader } from '../../rpc/message.js';
-import { gssPlainBody, NFS_PROGRAM } from './nfs3.js';
+import { NFS_PROGRAM } from './nfs3.js';
 import { findOpArgs, findResult, Nfs4Op, RESULT_HIDDEN } from './nfs4.js';
 import { NOT_WALKED, successResultsOffset, type UlbCallPlan } from './types.js';
 
@@ -53,6 +61,78 @@ function u32(b: Buffer, at: number): number {
   return b.readUInt32BE(at);
 }
 
+/** rpc_gss_proc_t RPCSEC_GSS_DATA and rpc_gss_service_t values (RFC 2203 §5). */
+const RPCSEC_GSS_DATA = 0;
+const RPC_GSS_SVC_NONE = 1;
+const RPC_GSS_SVC_INTEGRITY = 2;
+const AUTH_RPCSEC_GSS = 6;
+
+/**
+ * Where the arguments (or results) of the message being read lie, `[start, end)`: set by `argsOf` and
+ * `unwrapIntegrity`. One, reused: everything here is synchronous and allocates nothing.
+ */
+const body = { start: 0, end: 0 };
+
+/** What `argsOf` found. */
+const Args = {
+  /** The arguments are in `body`. */
+  READABLE: 0,
+  /** No arguments to read: an RPCSEC_GSS control message, or a `databody_integ` that does not fit. */
+  NONE: 1,
+  /** Encrypted (privacy), an unknown service, or a credential too short to be RPCSEC_GSS's. */
+  HIDDEN: 2,
+} as const;
+type Args = (typeof Args)[keyof typeof Args];
+
+/**
+ * Where the procedure arguments of `call` (decoded from `msg`) lie, in `body`: as they are for any
+ * flavor but RPCSEC_GSS and for its service none; inside `databody_integ` for integrity
+ * (`unwrapIntegrity`). The credential is rpc_gss_cred_vers_1_t: version, gss_proc, seq_num, service,
+ * handle (RFC 2203 §5).
+ */
+function argsOf(call: RpcCallHeader, msg: Buffer): Args {
+  body.start = call.bodyOffset;
+  body.end = msg.length;
+  if (!call.isGss) return Args.READABLE;
+  const c = call.cred;
+  if (c.bodyLength < 16) return Args.HIDDEN;
+  if (u32(c.buf, c.bodyStart + 4) !== RPCSEC_GSS_DATA) return Args.NONE;
+  const service = u32(c.buf, c.bodyStart + 12);
+  if (service === RPC_GSS_SVC_NONE) return Args.READABLE;
+  if (service !== RPC_GSS_SVC_INTEGRITY) return Args.HIDDEN;
+  return unwrapIntegrity(msg) ? Args.READABLE : Args.NONE;
+}
+
+/**
+ * Narrows `body` to the data inside `rpc_gss_integ_data` (RFC 2203 §5.3.2.2; results are protected the
+ * same way, §5.3.3.2): `databody_integ` is an opaque holding the seq_num, then the arguments or results;
+ * the checksum follows the opaque. False when the opaque does not fit in `body` or cannot hold the
+ * seq_num: nothing is read from outside it.
+ */
+function unwrapIntegrity(msg: Buffer): boolean {
+  const start = body.start;
+  if (start + 8 > body.end) return false;
+  const len = u32(msg, start);
+  if (len < 4 || len > body.end - start - 4) return false;
+  body.end = start + 4 + len;
+  body.start = start + 8;
+  return true;
+}
+
+/**
+ * Whether the arguments of `call`, and so the results of its reply, are under RPCSEC_GSS integrity: the
+ * router notes it on a session call, for `sessionOfReply` to read the reply inside `databody_integ`.
+ */
+export function gssIntegrity(call: RpcCallHeader): boolean {
+  const c = call.cred;
+  return (
+    c.flavor === AUTH_RPCSEC_GSS &&
+    c.bodyLength >= 16 &&
+    u32(c.buf, c.bodyStart + 4) === RPCSEC_GSS_DATA &&
+    u32(c.buf, c.bodyStart + 12) === RPC_GSS_SVC_INTEGRITY
+  );
+}
+
 /** Position after the COMPOUND tag (`utf8str_cs tag`), or -1 when the tag does not fit in `end`. */
 function afterTag(b: Buffer, at: number, end: number): number {
   if (at + 4 > end) return -1;
@@ -74,9 +154,10 @@ export function sessionOpOfCall(
   plan?: UlbCallPlan,
 ): SessionOp {
   if (call.prog !== NFS_PROGRAM || call.vers !== 4 || call.proc !== NFSPROC4_COMPOUND) return SessionOp.NONE;
-  if (call.isGss && !gssPlainBody(call)) return SessionOp.NONE; // integrity/privacy bodies are wrapped
-  const end = msg.length;
-  let p = afterTag(msg, call.bodyOffset, end);
+  // Under integrity, within databody_integ; under privacy, not learnable (see the top of this file).
+  if (argsOf(call, msg) !== Args.READABLE) return SessionOp.NONE;
+  const end = body.end;
+  let p = afterTag(msg, body.start, end);
   if (p < 0 || p + 12 > end) return SessionOp.NONE;
   const minor = u32(msg, p);
   const numOps = u32(msg, p + 4);
@@ -138,12 +219,20 @@ export const SessionReply = {
 } as const;
 export type SessionReply = (typeof SessionReply)[keyof typeof SessionReply];
 
-/** Reads a session operation's reply (`op` is what `sessionOpOfCall` said about its call). */
-export function sessionOfReply(reply: Buffer, op: SessionOp, out: Buffer): SessionReply {
+/**
+ * Reads a session operation's reply (`op` is what `sessionOpOfCall` said about its call; `integrity`:
+ * its call was under RPCSEC_GSS integrity, `gssIntegrity`, so the results are in `databody_integ`).
+ */
+export function sessionOfReply(reply: Buffer, op: SessionOp, out: Buffer, integrity = false): SessionReply {
   if (op === SessionOp.NONE) return SessionReply.FAILED;
-  const end = reply.length;
-  let p = successResultsOffset(reply, 0, end);
-  if (p < 0 || p + 4 > end) return SessionReply.FAILED;
+  let p = successResultsOffset(reply, 0, reply.length);
+  if (p < 0) return SessionReply.FAILED;
+  body.start = p;
+  body.end = reply.length;
+  if (integrity && !unwrapIntegrity(reply)) return SessionReply.FAILED;
+  p = body.start;
+  const end = body.end;
+  if (p + 4 > end) return SessionReply.FAILED;
   if (op === SessionOp.DESTROY) return destroyed(reply, p, end);
   if (u32(reply, p) !== 0) return SessionReply.FAILED; // COMPOUND4res.status ≠ NFS4_OK
   p = afterTag(reply, p + 4, end);
@@ -200,44 +289,23 @@ export const CallbackSession = {
 } as const;
 export type CallbackSession = (typeof CallbackSession)[keyof typeof CallbackSession];
 
-/** rpc_gss_proc_t RPCSEC_GSS_DATA and rpc_gss_service_t values (RFC 2203 §5). */
-const RPCSEC_GSS_DATA = 0;
-const RPC_GSS_SVC_NONE = 1;
-const RPC_GSS_SVC_INTEGRITY = 2;
-
 /**
  * The session of a backward call: a CB_COMPOUND (procedure 1 of the client's callback program, any
  * program number — csa_cb_program is the client's choice) with minorversion ≥ 1 whose first operation is
  * CB_SEQUENCE (RFC 8881 §20.9.3: it must be). Copies the id to `out` and returns NAMED; NONE for CB_NULL,
  * NFSv4.0 callbacks and anything that does not parse; HIDDEN for arguments under RPCSEC_GSS privacy.
  *
- * RPCSEC_GSS (RFC 2203 §5.3.2): with service none the arguments are plain; with integrity they sit in
- * `databody_integ` (its opaque length, then seq_num, then the arguments; the checksum follows), and are
- * read there; with privacy they are encrypted. The forward path does not read wrapped bodies at all
- * (`gssPlainBody`): a call there only loses affinity, whereas a callback read at the wrong offset could
- * be taken for one naming no session and go to the wrong client.
+ * RPCSEC_GSS (RFC 2203 §5.3.2): read inside `databody_integ` under integrity, as on the forward path
+ * (`argsOf`); under privacy the session is HIDDEN, and a callback read at the wrong offset could be taken
+ * for one naming no session and go to the wrong client.
  */
 export function sessionOfCallback(call: RpcCallHeader, msg: Buffer, out: Buffer): CallbackSession {
   if (call.proc !== CB_COMPOUND) return CallbackSession.NONE;
-  let start = call.bodyOffset;
-  let end = msg.length;
-  if (call.isGss) {
-    const c = call.cred;
-    if (c.bodyLength < 16) return CallbackSession.HIDDEN; // not a credential we can read
-    // rpc_gss_cred_vers_1_t: version, gss_proc, seq_num, service, handle.
-    if (u32(c.buf, c.bodyStart + 4) !== RPCSEC_GSS_DATA) return CallbackSession.NONE; // no arguments
-    const service = u32(c.buf, c.bodyStart + 12);
-    if (service === RPC_GSS_SVC_INTEGRITY) {
-      if (start + 8 > end) return CallbackSession.NONE;
-      const len = u32(msg, start);
-      if (len < 4 || len > end - start - 4) return CallbackSession.NONE;
-      end = start + 4 + len;
-      start += 8;
-    } else if (service !== RPC_GSS_SVC_NONE) {
-      return CallbackSession.HIDDEN;
-    }
-  }
-  const p = afterTag(msg, start, end);
+  const args = argsOf(call, msg);
+  if (args === Args.HIDDEN) return CallbackSession.HIDDEN;
+  if (args === Args.NONE) return CallbackSession.NONE;
+  const end = body.end;
+  const p = afterTag(msg, body.start, end);
   // minorversion, callback_ident, argarray count, first argop, csa_sessionid
   if (p < 0 || p + 16 + SESSIONID_SIZE > end) return CallbackSession.NONE;
   if (u32(msg, p) < 1 || u32(msg, p + 8) === 0 || u32(msg, p + 12) !== OP_CB_SEQUENCE)

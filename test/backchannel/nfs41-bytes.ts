@@ -56,6 +56,60 @@ export function compoundReply(xid: number, status: number, results: Buffer[], ta
   return rpcReply(xid, xdr(status, opaque(tag), results.length, ...results));
 }
 
+/**
+ * The body of an RPCSEC_GSS message (RFC 2203 §5.3.2) for `service`: 1 (none) the data as it is; 2
+ * (integrity) `databody_integ` = opaque(seq_num, data), then an opaque checksum of 20 bytes; 3 (privacy)
+ * an opaque of bytes standing for the encrypted data.
+ */
+function gssBody(service: 1 | 2 | 3, seq: number, data: Buffer): Buffer {
+  if (service === 1) return data;
+  if (service === 2) return xdr(opaque(xdr(seq, data)), opaque(Buffer.alloc(20, 9)));
+  return xdr(opaque(Buffer.alloc(data.length + 16, 0x5a)));
+}
+
+/**
+ * COMPOUND call under RPCSEC_GSS (RFC 2203 §5.3.1): credential rpc_gss_cred_vers_1_t (version 1,
+ * RPCSEC_GSS_DATA, seq_num, `service`, handle), a verifier of 16 bytes standing for the MIC; the
+ * arguments as `gssBody` wraps them (krb5, krb5i, krb5p).
+ */
+export function compoundCallGss(
+  xid: number,
+  service: 1 | 2 | 3,
+  minor: number,
+  ops: Buffer[],
+  seq = 17,
+  tag = 'hand',
+): Buffer {
+  const cred = xdr(1, 0, seq, service, opaque('ctxC'));
+  const args = xdr(opaque(tag), minor, ops.length, ...ops);
+  return xdr(
+    xid,
+    0,
+    2,
+    NFS4_PROGRAM,
+    4,
+    1,
+    6,
+    opaque(cred),
+    6,
+    opaque(Buffer.alloc(16, 7)),
+    gssBody(service, seq, args),
+  );
+}
+
+/** Accepted, SUCCESS COMPOUND reply under RPCSEC_GSS: a 16-byte verifier (the MIC of seq_num), results wrapped as the call's. */
+export function compoundReplyGss(
+  xid: number,
+  service: 1 | 2 | 3,
+  status: number,
+  results: Buffer[],
+  seq = 17,
+  tag = 'hand',
+): Buffer {
+  const compound = xdr(status, opaque(tag), results.length, ...results);
+  return xdr(xid, 1, 0, 6, opaque(Buffer.alloc(16, 8)), 0, gssBody(service, seq, compound));
+}
+
 /** channel_attrs4 (RFC 8881 §18.36.1), no RDMA IRD. */
 function channelAttrs(maxRequests: number): Buffer {
   return xdr(0, 1_049_620, 1_049_480, 4096, 16, maxRequests, 0);

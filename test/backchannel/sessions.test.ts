@@ -21,7 +21,9 @@ import {
   cbNull,
   cbOp,
   compoundCall,
+  compoundCallGss,
   compoundReply,
+  compoundReplyGss,
   NFS4ERR,
   op,
   res,
@@ -267,6 +269,59 @@ test('hand-made: RPCSEC_GSS callbacks (RFC 2203 §5.3.2): the session is read in
   t.is(sessionOfCallback(header.decode(short), short, Buffer.alloc(16)), CallbackSession.NONE);
 });
 
+test('hand-made: COMPOUNDs under RPCSEC_GSS integrity (krb5i) are read inside databody_integ, calls and replies; privacy hides them', (t) => {
+  const sid = sessionId(8);
+  const other = sessionId(9);
+  t.is(classify(compoundCallGss(1, 2, 1, [op.createSession(7n)]))[0], SessionOp.CREATE);
+  const [bk, bout] = classify(compoundCallGss(2, 2, 1, [op.bindConnToSession(sid)]));
+  t.is(bk, SessionOp.BIND);
+  t.deepEqual(bout, sid);
+  const [sk, sout] = classify(compoundCallGss(3, 2, 1, [op.sequence(sid), op.putrootfh()]));
+  t.is(sk, SessionOp.SEQUENCE);
+  t.deepEqual(sout, sid);
+  // DESTROY_SESSION after SEQUENCE: found by walking inside databody_integ (no binding walked it).
+  const [dk, dout] = classify(
+    compoundCallGss(4, 2, 1, [op.sequence(sid), op.putrootfh(), op.destroySession(other)]),
+  );
+  t.is(dk, SessionOp.DESTROY);
+  t.deepEqual(dout, other);
+  t.is(classify(compoundCallGss(5, 1, 1, [op.sequence(sid)]))[0], SessionOp.SEQUENCE, 'service none');
+  t.is(classify(compoundCallGss(6, 3, 1, [op.createSession(7n)]))[0], SessionOp.NONE, 'privacy: encrypted');
+  // databody_integ's length beyond the message, or cut inside the SEQUENCE: nothing read from outside it.
+  const over = compoundCallGss(7, 2, 1, [op.sequence(sid)]);
+  const at = header.decode(over).bodyOffset;
+  over.writeUInt32BE(over.length, at);
+  t.is(classify(over)[0], SessionOp.NONE);
+  const cut = compoundCallGss(8, 2, 1, [op.sequence(sid)]);
+  cut.writeUInt32BE(4 + 8 + 4 + 4 + 4 + 8, at); // seq_num, tag 'hand', minor, count, SEQUENCE cut
+  t.is(classify(cut)[0], SessionOp.NONE);
+
+  const out = Buffer.alloc(16);
+  const created = compoundReplyGss(1, 2, 0, [res.createSession(sid, 0x2)]);
+  t.is(sessionOfReply(created, SessionOp.CREATE, out, true), SessionReply.BACK);
+  t.deepEqual(out, sid);
+  t.is(
+    sessionOfReply(created, SessionOp.CREATE, Buffer.alloc(16)),
+    SessionReply.FAILED,
+    'read as plain: no session',
+  );
+  const bound = compoundReplyGss(2, 2, 0, [res.bindConnToSession(other, 1)]);
+  t.is(sessionOfReply(bound, SessionOp.BIND, out, true), SessionReply.FORE);
+  t.deepEqual(out, other);
+  const destroyedReply = compoundReplyGss(3, 2, 0, [
+    res.sequence(sid),
+    res.putrootfh(),
+    res.destroySession(),
+  ]);
+  t.is(sessionOfReply(destroyedReply, SessionOp.DESTROY, out, true), SessionReply.FORE);
+  const failed = compoundReplyGss(4, 2, NFS4ERR.BADSESSION, [res.error(44, NFS4ERR.BADSESSION)]);
+  t.is(sessionOfReply(failed, SessionOp.DESTROY, out, true), SessionReply.FAILED);
+  const rOver = compoundReplyGss(5, 2, 0, [res.createSession(sid, 0x2)]);
+  // databody_integ's length (after xid, REPLY, MSG_ACCEPTED, the verifier of 16 bytes and SUCCESS).
+  rOver.writeUInt32BE(rOver.length, 20 + 16 + 4);
+  t.is(sessionOfReply(rOver, SessionOp.CREATE, out, true), SessionReply.FAILED);
+});
+
 test('truncated and mutated session messages never throw (fast-check, fixed seed)', (t) => {
   const sid = sessionId(4);
   const other = sessionId(5);
@@ -280,6 +335,7 @@ test('truncated and mutated session messages never throw (fast-check, fixed seed
     compoundCall(5, 1, [op.sequence(sid), op.putfh(fh), op.getattrType(), op.destroySession(sid)]),
     compoundCall(6, 1, [op.sequence(sid), op.open(5n, 'f'), op.destroySession(other), op.lookup('x')]),
     compoundCall(7, 1, [op.sequence(sid), op.lockt(5n), op.destroySession(other)]),
+    compoundCallGss(9, 2, 1, [op.sequence(sid), op.putfh(fh), op.destroySession(other)]),
   ];
   const replies = [
     compoundReply(1, 0, [res.createSession(sid)]),
@@ -287,6 +343,10 @@ test('truncated and mutated session messages never throw (fast-check, fixed seed
     compoundReply(3, 0, [res.sequence(sid), res.putfh(), res.getattrType(), res.destroySession()]),
     compoundReply(4, 2, [res.sequence(sid), res.open(), res.destroySession(), res.error(15, 2)]),
     compoundReply(5, 2, [res.sequence(sid), res.putfh(), res.destroySession(), res.error(15, 2)]),
+  ];
+  const integReplies = [
+    compoundReplyGss(6, 2, 0, [res.createSession(sid)]),
+    compoundReplyGss(7, 2, 0, [res.sequence(sid), res.putfh(), res.destroySession()]),
   ];
   const out = Buffer.alloc(16);
   let destroys = 0;
@@ -316,7 +376,19 @@ test('truncated and mutated session messages never throw (fast-check, fixed seed
         const r = Buffer.from(replies[i % replies.length]);
         r[at % r.length] = byte;
         const reply = cut % 3 === 0 ? r : r.subarray(0, cut % (r.length + 1));
-        for (const k of [SessionOp.CREATE, SessionOp.BIND, SessionOp.SEQUENCE]) sessionOfReply(reply, k, out);
+        for (const k of [SessionOp.CREATE, SessionOp.BIND, SessionOp.SEQUENCE]) {
+          sessionOfReply(reply, k, out);
+          sessionOfReply(reply, k, out, true);
+        }
+        const integ = Buffer.from(integReplies[i % integReplies.length]);
+        integ[at % integ.length] = byte;
+        const integCut = cut % 3 === 0 ? integ : integ.subarray(0, cut % (integ.length + 1));
+        for (const k of [SessionOp.CREATE, SessionOp.DESTROY]) {
+          const before = Buffer.from(out);
+          if (sessionOfReply(integCut, k, out, true) !== SessionReply.FAILED && k === SessionOp.CREATE)
+            if (integCut.indexOf(out) < 0) return false; // an id from inside the reply only
+          if (k === SessionOp.DESTROY && !out.equals(before)) return false;
+        }
         const named = Buffer.from(out);
         if (sessionOfReply(reply, SessionOp.DESTROY, out) === SessionReply.FORE) destroyed++;
         if (!out.equals(named)) return false; // a DESTROY reply never rewrites the id the call named
