@@ -8,7 +8,8 @@ import { GatewayError } from '../../common/errors.js';
  * Codes (stable): `VERBS_INVALID_ARGUMENT` (EINVAL), `VERBS_QUEUE_FULL` (ENOMEM from post_send/post_recv),
  * `VERBS_INVALID_STATE` (the object is in a state that forbids the call), `VERBS_RESOURCE_LIMIT` (a
  * device cap would be exceeded), `VERBS_BUSY` (EBUSY: e.g. deallocating a PD that still has MRs or QPs),
- * `VERBS_DESTROYED` (the object was destroyed/deregistered), `VERBS_ADDRESS` (bad or unusable address).
+ * `VERBS_DESTROYED` (the object was destroyed/deregistered), `VERBS_ADDRESS` (bad or unusable address),
+ * `VERBS_ACCEPT_FAILED` (a listener could not accept a connection and goes on listening: logged, not thrown).
  */
 export class VerbsError extends GatewayError {}
 

@@ -39,7 +39,7 @@ test('a listener whose accept fails keeps listening, is logged with a stable cod
   t.is(warnings.length, 2, 'each failed accept is logged');
   const err = warnings[0].fields.err as VerbsError;
   t.true(err instanceof VerbsError);
-  t.is(err.code, 'SOFT_ACCEPT_FAILED');
+  t.is(err.code, 'VERBS_ACCEPT_FAILED');
   t.like(err.details, { errorCode: 'EMFILE', syscall: 'accept', port: l.port });
   t.is(err.cause, emfile);
 

@@ -263,7 +263,7 @@ export class SoftDevice implements Device {
   private acceptFailed(server: net.Server, err: NodeJS.ErrnoException): void {
     const addr = server.address() as net.AddressInfo | null;
     const e = new VerbsError(
-      'SOFT_ACCEPT_FAILED',
+      'VERBS_ACCEPT_FAILED',
       'soft provider listener could not accept a connection; still listening',
       { device: this.name, host: addr?.address, port: addr?.port, errorCode: err.code, syscall: err.syscall },
       { cause: err },
