@@ -12,7 +12,8 @@ namespace rdma_native {
 
 // Bumped whenever the JS-visible surface changes; the TypeScript wrapper refuses a different value so a
 // stale build is reported as such instead of failing in odd ways.
-constexpr uint32_t kAddonAbi = 3;  // 2: teardownFailures(); 3: bufferStats().kept, testing.deregisterOrKeep
+constexpr uint32_t kAddonAbi = 4;  // 2: teardownFailures(); 3: bufferStats().kept, testing.deregisterOrKeep;
+                                   // 4: EventSource.failNextWake
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   auto* data = new AddonData();

@@ -182,44 +182,74 @@ Napi::Value CmChannel::CreateId(const Napi::CallbackInfo& info) {
   return GetAddonData(env)->cm_id.New({Tag(env), Napi::External<rdma_cm_id>::New(env, id), Value()});
 }
 
+namespace {
+
+// One event taken from the channel, acknowledged when this goes out of scope, whatever happens while it
+// is turned into JS values (an exception must not leave it unacknowledged: rdma_destroy_id waits for
+// every event of its id). `refuse` is a connection request's new id that no JS object owns (the listener
+// or the channel is being collected, or creating its CmId failed): rdma_ack_cm_event frees the event, so
+// the id is rejected while the event is held and destroyed only after the ack.
+struct HeldCmEvent {
+  rdma_cm_event* ev;
+  rdma_cm_id* refuse = nullptr;
+  explicit HeldCmEvent(rdma_cm_event* e) : ev(e) {}
+  HeldCmEvent(const HeldCmEvent&) = delete;
+  HeldCmEvent& operator=(const HeldCmEvent&) = delete;
+  ~HeldCmEvent() {
+    if (refuse != nullptr) rdma_reject(refuse, nullptr, 0);
+    rdma_ack_cm_event(ev);
+    if (refuse != nullptr) rdma_destroy_id(refuse);
+  }
+};
+
+}  // namespace
+
 // One wake-up: every pending event (until EAGAIN) is copied — private data included — and acknowledged
 // before any JS runs (rdma_ack_cm_event frees the private data, and rdma_destroy_id waits for acks), then
-// the batch is delivered in one callback.
+// the batch is delivered in one callback. An event whose JS object is gone is acknowledged and dropped:
+// ObjectWrap::Value() is empty once GC has collected an object whose finalizer has not run yet.
 void CmChannel::OnReadable(void* p) {
   auto* self = static_cast<CmChannel*>(p);
   if (self->channel_ == nullptr) return;
   Napi::Env env = self->Env();
   Napi::HandleScope scope(env);
   AddonData* data = GetAddonData(env);
+  Napi::Object channel_obj = self->Value();  // empty: the channel is being collected; no one to deliver to
   Napi::Array batch = Napi::Array::New(env);
   uint32_t n = 0;
   // Bounded per wake-up; level-triggered polling brings us back for the rest.
   for (int i = 0; i < 256; ++i) {
-    rdma_cm_event* ev = nullptr;
-    if (rdma_get_cm_event(self->channel_, &ev) != 0) break;  // EAGAIN: drained
+    rdma_cm_event* raw = nullptr;
+    if (rdma_get_cm_event(self->channel_, &raw) != 0) break;  // EAGAIN: drained
+    HeldCmEvent held(raw);
+    rdma_cm_event* ev = raw;
+    bool request = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST;
+    // Until a CmId adopts it, a request's new id is nobody's: any early exit (or throw) refuses it.
+    if (request) held.refuse = ev->id;
+    if (channel_obj.IsEmpty()) continue;
     Napi::Object o = Napi::Object::New(env);
     o.Set("type", static_cast<double>(ev->event));
     o.Set("status", static_cast<double>(ev->status));
-    Napi::Value id_obj = env.Undefined();
-    if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+    Napi::Object id_obj;
+    if (request) {
       // A new rdma_cm_id for the incoming connection; its context is still the listener's.
       CmId* listener = static_cast<CmId*>(ev->listen_id != nullptr ? ev->listen_id->context : nullptr);
-      if (listener != nullptr) o.Set("listenId", listener->Value());
-      try {
-        id_obj = data->cm_id.New({Tag(env), Napi::External<rdma_cm_id>::New(env, ev->id), self->Value()});
-      } catch (const Napi::Error&) {
-        // rdma_ack_cm_event frees `ev`: the new id is taken first, rejected while the event is held, and
-        // destroyed only after the ack (rdma_destroy_id waits for its events to be acknowledged).
-        rdma_cm_id* refused = ev->id;
-        rdma_reject(refused, nullptr, 0);
-        rdma_ack_cm_event(ev);
-        rdma_destroy_id(refused);
-        continue;
+      if (listener != nullptr) {
+        Napi::Object listen_obj = listener->Value();
+        if (listen_obj.IsEmpty()) continue;  // the listener is being collected: no one takes the request
+        o.Set("listenId", listen_obj);
       }
+      try {
+        id_obj = data->cm_id.New({Tag(env), Napi::External<rdma_cm_id>::New(env, ev->id), channel_obj});
+      } catch (const Napi::Error&) {
+        continue;  // refused (held.refuse)
+      }
+      held.refuse = nullptr;  // the CmId owns it now (its destroy() or finalizer destroys it)
     } else if (ev->id != nullptr && ev->id->context != nullptr) {
       id_obj = static_cast<CmId*>(ev->id->context)->Value();
+      if (id_obj.IsEmpty()) continue;  // the id is being collected: its events go with it
     }
-    if (!id_obj.IsUndefined()) o.Set("id", id_obj);
+    if (!id_obj.IsEmpty()) o.Set("id", id_obj);
     bool conn = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST || ev->event == RDMA_CM_EVENT_ESTABLISHED ||
                 ev->event == RDMA_CM_EVENT_REJECTED || ev->event == RDMA_CM_EVENT_CONNECT_RESPONSE;
     if (conn) {
@@ -231,11 +261,10 @@ void CmChannel::OnReadable(void* p) {
       o.Set("initiatorDepth", static_cast<double>(c.initiator_depth));
       o.Set("qpNum", static_cast<double>(c.qp_num));
     }
-    rdma_ack_cm_event(ev);
     batch.Set(n++, o);
-  }
+  }  // each event is acknowledged here, at the end of its iteration
   if (n == 0) return;
-  CallFromLoop(env, self->on_events_, self->Value(), {batch});
+  CallFromLoop(env, self->on_events_, channel_obj, {batch});
 }
 
 Napi::Value CmChannel::SetRef(const Napi::CallbackInfo& info) {

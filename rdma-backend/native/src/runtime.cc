@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 #include <algorithm>
+#include <cstdio>
+#include <exception>
 
 namespace rdma_native {
 
@@ -112,8 +114,14 @@ void FdWatcher::Start(Napi::Env env, Registry* registry, int fd, Callback cb, vo
 void FdWatcher::OnPoll(uv_poll_t* handle, int status, int events) {
   auto* self = static_cast<FdWatcher*>(handle->data);
   if (self == nullptr || self->cb_ == nullptr) return;
+  // Taken before the callback, which may destroy its owner (and this watcher's state with it).
+  napi_env env = self->registry_ != nullptr ? self->registry_->env() : nullptr;
   // status < 0 (e.g. EBADF) still calls the owner: its non-blocking read reports the real error.
-  self->cb_(self->owner_);
+  try {
+    self->cb_(self->owner_);
+  } catch (...) {
+    ReportLoopFailure(env, "an event callback");
+  }
 }
 
 void FdWatcher::OnClose(uv_handle_t* handle) {
@@ -263,6 +271,51 @@ Napi::Uint32Array ArgU32Array(const Napi::CallbackInfo& info, size_t i, const ch
   if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array)
     ThrowArg(info.Env(), std::string(name) + " must be a Uint32Array");
   return v.As<Napi::Uint32Array>();
+}
+
+namespace {
+
+// The message of the exception being handled, and its JS value when it is a Napi::Error.
+std::string CurrentExceptionMessage(napi_value* js) {
+  *js = nullptr;
+  try {
+    throw;
+  } catch (const Napi::Error& e) {
+    try {
+      *js = e.Value();
+    } catch (...) {
+    }
+    return e.what();
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown C++ exception";
+  }
+}
+
+}  // namespace
+
+void ReportLoopFailure(napi_env env, const char* where) noexcept {
+  std::string text = "rdma_native: ";
+  napi_value cause = nullptr;
+  napi_handle_scope scope = nullptr;
+  bool scoped = env != nullptr && napi_open_handle_scope(env, &scope) == napi_ok;
+  try {
+    text += where;
+    text += " failed: ";
+    text += CurrentExceptionMessage(&cause);
+  } catch (...) {  // std::bad_alloc building the text
+  }
+  bool reported = false;
+  napi_value msg, code, err;
+  if (scoped && napi_create_string_utf8(env, text.c_str(), text.size(), &msg) == napi_ok &&
+      napi_create_string_utf8(env, "ERR_NATIVE_CALLBACK", NAPI_AUTO_LENGTH, &code) == napi_ok &&
+      napi_create_error(env, code, msg, &err) == napi_ok) {
+    if (cause != nullptr) napi_set_named_property(env, err, "cause", cause);
+    reported = napi_fatal_exception(env, err) == napi_ok;
+  }
+  if (!reported) std::fprintf(stderr, "%s\n", text.c_str());
+  if (scoped) napi_close_handle_scope(env, scope);
 }
 
 void CallFromLoop(Napi::Env env, Napi::FunctionReference& fn, Napi::Object recv,

@@ -77,6 +77,7 @@ class Registry {
   void Link(Resource* r);
   void Unlink(Resource* r);
   uv_loop_t* loop() const { return loop_; }
+  napi_env env() const { return env_; }
   bool tearing_down() const { return tearing_down_; }
   size_t live_count() const { return live_; }
 
@@ -98,6 +99,12 @@ class Registry {
 
 // Watches one non-blocking fd for readability with uv_poll on the JS thread. Stop() stops the poll
 // handle before the owner closes the fd (libuv requires it) and frees the handle in its close callback.
+// The owner's callback runs inside a catch-all: a C++ exception unwinding into libuv would be
+// std::terminate (see ReportLoopFailure).
+//
+// A callback that uses the owner's JS object (ObjectWrap::Value()) must check IsEmpty() first: once GC
+// has collected the object its weak reference is cleared, but the finalizer that releases the owner runs
+// later (Node-API defers it to the check phase), so a wake-up can come in between.
 class FdWatcher {
  public:
   using Callback = void (*)(void* owner);
@@ -153,6 +160,12 @@ double ArgNumber(const Napi::CallbackInfo& info, size_t i, const char* name);
 std::string ArgString(const Napi::CallbackInfo& info, size_t i, const char* name);
 Napi::Function ArgFunction(const Napi::CallbackInfo& info, size_t i, const char* name);
 Napi::Uint32Array ArgU32Array(const Napi::CallbackInfo& info, size_t i, const char* name);
+
+// A C++ exception that escaped a uv callback's body (a Node-API call that failed while an event was being
+// turned into JS values, std::bad_alloc...), caught before it reaches libuv. Reported as a callback's own
+// throw is (CallFromLoop): a fatal exception, 'uncaughtException', here an Error with code
+// 'ERR_NATIVE_CALLBACK' naming `where`, the original as its cause; on stderr if even that fails.
+void ReportLoopFailure(napi_env env, const char* where) noexcept;  // call from inside a catch block
 
 // Invokes a JS callback from a uv callback (no JS on the stack): opens a handle scope, uses
 // MakeCallback so async_hooks and microtasks behave, and routes a thrown exception to 'uncaughtException'.

@@ -8,6 +8,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "buffers.h"
 #include "verbs_objects.h"
@@ -22,7 +24,8 @@ int kTestTag;
 Napi::Function EventSource::Define(Napi::Env env) {
   return DefineClass(env, "EventSource",
                      {InstanceMethod<&EventSource::Signal>("signal"), InstanceMethod<&EventSource::SetRef>("setRef"),
-                      InstanceMethod<&EventSource::Destroy>("destroy")});
+                      InstanceMethod<&EventSource::Destroy>("destroy"),
+                      InstanceMethod<&EventSource::FailNextWake>("failNextWake")});
 }
 
 // new EventSource(batch: Uint32Array, onBatch(count)): batch[i] receives the eventfd counter values read
@@ -61,6 +64,9 @@ void EventSource::OnReadable(void* p) {
   if (self->fd_ < 0) return;
   Napi::Env env = self->Env();
   Napi::HandleScope scope(env);
+  // As for a CQ or a CM channel: empty once GC has collected this object, before its finalizer has run.
+  // The events are still taken (the fd must not stay readable) and delivered to no one.
+  Napi::Object recv = self->Value();
   Napi::Uint32Array batch = self->batch_ref_.Value();
   uint32_t n = 0;
   // Read until EAGAIN (an eventfd yields its whole counter per read, so this is one read unless a signal
@@ -71,7 +77,23 @@ void EventSource::OnReadable(void* p) {
     batch[n++] = static_cast<uint32_t>(v);
   }
   if (n == 0) return;
-  CallFromLoop(env, self->on_batch_, self->Value(), {Napi::Number::New(env, n)});
+  if (int fail = self->fail_next_wake_) {
+    // As a failed Node-API call (or an allocation) while an event is turned into JS values: thrown out of
+    // the uv callback's body, which must not reach libuv.
+    self->fail_next_wake_ = 0;
+    if (fail == 1) throw Napi::Error::New(env, "injected failure of a Node-API call");
+    throw std::runtime_error("injected C++ failure");
+  }
+  if (recv.IsEmpty()) return;
+  CallFromLoop(env, self->on_batch_, recv, {Napi::Number::New(env, n)});
+}
+
+// failNextWake('napi' | 'std'): the next wake-up throws that kind of C++ exception after taking its events.
+Napi::Value EventSource::FailNextWake(const Napi::CallbackInfo& info) {
+  std::string kind = ArgString(info, 0, "kind");
+  if (kind != "napi" && kind != "std") ThrowArg(info.Env(), "kind must be 'napi' or 'std'");
+  fail_next_wake_ = kind == "napi" ? 1 : 2;
+  return info.Env().Undefined();
 }
 
 Napi::Value EventSource::Signal(const Napi::CallbackInfo& info) {

@@ -18,9 +18,11 @@ class EventSource : public Napi::ObjectWrap<EventSource>, public Resource {
   Napi::Value Signal(const Napi::CallbackInfo& info);
   Napi::Value SetRef(const Napi::CallbackInfo& info);
   Napi::Value Destroy(const Napi::CallbackInfo& info);
+  Napi::Value FailNextWake(const Napi::CallbackInfo& info);
   static void OnReadable(void* self);
 
   int fd_ = -1;
+  int fail_next_wake_ = 0;  // 1: a Napi::Error, 2: a std::exception, thrown by the next wake-up
   FdWatcher watcher_;
   Napi::FunctionReference on_batch_;
   Napi::Reference<Napi::Uint32Array> batch_ref_;

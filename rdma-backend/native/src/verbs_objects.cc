@@ -279,6 +279,10 @@ Napi::Value Context::WatchAsyncEvents(const Napi::CallbackInfo& info) {
 void Context::OnAsyncReadable(void* p) {
   auto* self = static_cast<Context*>(p);
   Napi::Env env = self->Env();
+  Napi::HandleScope outer(env);
+  // Empty once GC has collected the context's JS object (its finalizer is still to run): the events are
+  // still taken and acknowledged, and delivered to no one.
+  Napi::Object recv = self->Value();
   // Bounded: a storm of async events is drained over several wake-ups, never a loop without end.
   for (int i = 0; i < 64 && self->ctx_ != nullptr; ++i) {
     ibv_async_event ev{};
@@ -312,9 +316,9 @@ void Context::OnAsyncReadable(void* p) {
     }
     int type = ev.event_type;
     ibv_ack_async_event(&ev);  // before JS runs: a destroy() from the callback must not wait on it
+    if (recv.IsEmpty()) continue;
     Napi::HandleScope scope(env);
-    CallFromLoop(env, self->on_async_, self->Value(),
-                 {Napi::Number::New(env, type), Napi::Number::New(env, element)});
+    CallFromLoop(env, self->on_async_, recv, {Napi::Number::New(env, type), Napi::Number::New(env, element)});
   }
 }
 
@@ -636,9 +640,14 @@ void Cq::OnReadable(void* p) {
   while (ibv_get_cq_event(self->channel_, &ev_cq, &ev_ctx) == 0) ++self->unacked_;
   if (self->unacked_ >= 64) self->AckEvents();
   Napi::Env env = self->Env();
+  Napi::HandleScope outer(env);
+  // Empty once GC has collected the CQ's JS object, before its finalizer (which destroys the CQ) has run:
+  // the channel events are taken (acknowledged at the latest by that destroy) and nothing is delivered.
+  Napi::Object recv = self->Value();
+  if (recv.IsEmpty()) return;
   if (!self->drain_on_wake_) {
     Napi::HandleScope scope(env);
-    CallFromLoop(env, self->on_completions_, self->Value(), {Napi::Number::New(env, 0)});
+    CallFromLoop(env, self->on_completions_, recv, {Napi::Number::New(env, 0)});
     return;
   }
   if (self->errored_) return;
@@ -646,7 +655,7 @@ void Cq::OnReadable(void* p) {
     // Not armed, no event would ever come again: the handler is told the CQ is in error (as for a poll).
     self->errored_ = true;
     Napi::HandleScope scope(env);
-    CallFromLoop(env, self->on_completions_, self->Value(), {Napi::Number::New(env, -1)});
+    CallFromLoop(env, self->on_completions_, recv, {Napi::Number::New(env, -1)});
     return;
   }
   // Each full batch is handed to JS before the next poll overwrites the array. Draining continues until
@@ -658,7 +667,7 @@ void Cq::OnReadable(void* p) {
     if (n < 0) self->errored_ = true;
     Napi::HandleScope scope(env);
     // -1 tells the handler the CQ is in error (as poll() does); no drain follows it.
-    CallFromLoop(env, self->on_completions_, self->Value(), {Napi::Number::New(env, n)});
+    CallFromLoop(env, self->on_completions_, recv, {Napi::Number::New(env, n)});
     if (n < 0 || static_cast<uint32_t>(n) < self->capacity_) return;
   }
 }

@@ -11,7 +11,7 @@ import { findProjectRoot } from '../../../common/project-root.js';
 import { NativeUnavailableError } from './errors.js';
 
 /** Must equal kAddonAbi in rdma-backend/native/src/addon.cc. */
-export const EXPECTED_ADDON_ABI = 3;
+export const EXPECTED_ADDON_ABI = 4;
 /** Must equal kLayoutVersion in rdma-backend/native/src/work_requests.h. */
 export const EXPECTED_LAYOUT_VERSION = 1;
 
@@ -214,6 +214,8 @@ export interface EventSource {
   signal(value: number): void;
   setRef(ref: boolean): void;
   destroy(): void;
+  /** The next wake-up throws that kind of C++ exception (a failed Node-API call, or any other). */
+  failNextWake(kind: 'napi' | 'std'): void;
 }
 export interface ParsedSendWr {
   wrId: bigint;
