@@ -105,6 +105,46 @@ test('install-system-deps.sh installs the toolchain node-gyp needs and every pac
     );
 });
 
+/**
+ * Compose's variable interpolation (https://docs.docker.com/reference/compose-file/interpolation/) of one
+ * string: `$$`, `$VAR`, `${VAR}`, `${VAR:-default}`/`${VAR-default}`, `${VAR:?error}`/`${VAR?error}` (the
+ * colon forms also treat an empty value as unset). A required variable that is missing throws its message.
+ */
+function interpolate(value: string, env: Record<string, string>): string {
+  return value.replace(
+    /\$(?:(\$)|([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?)([-?])([^}]*))?\})/g,
+    (_m, dollar, bare, name, colon, op, arg) => {
+      if (dollar) return '$';
+      if (bare) return env[bare] ?? '';
+      const v = env[name];
+      const unset = v === undefined || (colon === ':' && v === '');
+      if (!unset) return v;
+      if (op === '?') throw new Error(`required variable ${name} is missing a value: ${arg}`);
+      return op === '-' ? arg : '';
+    },
+  );
+}
+
+test('the compose demo has no admin token anyone could guess: it requires RPCRDMA_GATEWAY_ADMIN_TOKEN', (t) => {
+  const text = readRepo('deploy', 'compose', 'compose.yaml');
+  const { responder, gateway } = parseYaml(text, { merge: true }).services;
+  for (const svc of [responder, gateway]) {
+    const token = svc.environment.RPCRDMA_GATEWAY_ADMIN_TOKEN as string;
+    // Unset or empty: compose refuses to run, naming the variable; set: that value, as given.
+    for (const env of [{}, { RPCRDMA_GATEWAY_ADMIN_TOKEN: '' }] as Record<string, string>[])
+      t.throws(() => interpolate(token, env), { message: /RPCRDMA_GATEWAY_ADMIN_TOKEN.*docs\/deploy\.md/ });
+    t.is(interpolate(token, { RPCRDMA_GATEWAY_ADMIN_TOKEN: 'Xy7-secret' }), 'Xy7-secret');
+  }
+  // The interpolation is live: a default would have served.
+  // biome-ignore lint/suspicious/noTemplateCurlyInString: a compose interpolation, not a JS template
+  t.is(interpolate('${T:-change-me}', {}), 'change-me');
+  t.notRegex(text, /change-me/);
+  // docs/deploy.md's compose demo says so, with a way to make one.
+  const docs = readRepo('docs', 'deploy.md');
+  const demo = /### Compose demo\n([\s\S]*?)\n## /.exec(docs)?.[1] ?? '';
+  t.regex(demo, /export RPCRDMA_GATEWAY_ADMIN_TOKEN=/);
+});
+
 test('the compose demo wires client → gateway → responder → ganesha with real configuration variables', (t) => {
   const compose = parseYaml(readRepo('deploy', 'compose', 'compose.yaml'), { merge: true });
   const { ganesha, responder, gateway } = compose.services;
