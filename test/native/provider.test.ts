@@ -16,9 +16,16 @@ import {
   NativeMemoryRegion,
   type NativeProtectionDomain,
 } from '../../rdma-backend/providers/native/memory.js';
-import { encodeRecvWr, encodeSendWr } from '../../rdma-backend/providers/native/qp.js';
+import { encodeRecvWr, encodeSendWr, NativeQueuePair } from '../../rdma-backend/providers/native/qp.js';
 import { selectProvider } from '../../rdma-backend/providers/select.js';
-import { SendFlags, type SendWr, VerbsError, WrOpcode } from '../../rdma-backend/verbs/index.js';
+import {
+  type CompletionQueue,
+  type ProtectionDomain,
+  SendFlags,
+  type SendWr,
+  VerbsError,
+  WrOpcode,
+} from '../../rdma-backend/verbs/index.js';
 import { addonTest, kernelHasRdmaDevice, requireAddon } from './native-helpers.js';
 
 const test = addonTest();
@@ -102,10 +109,10 @@ test('errno errors map to the interface codes', (t) => {
   t.is(toVerbsError(plain, 'op'), plain, 'foreign errors pass through');
 });
 
-/** A region object without a device: enough for encoding (address, lkey), which is all encoding reads. */
-function fakeRegion(addr: number, lkey: number): NativeMemoryRegion {
-  const native: NativeMr = { addr, lkey, rkey: lkey + 1, length: 1 << 20, rereg() {}, destroy() {} };
-  return new NativeMemoryRegion({} as NativeProtectionDomain, Buffer.alloc(16), 0, native);
+/** A region object without a device: enough for encoding (address, lkey, length), all encoding reads. */
+function fakeRegion(addr: number, lkey: number, length = 4096): NativeMemoryRegion {
+  const native: NativeMr = { addr, lkey, rkey: lkey + 1, length, rereg() {}, destroy() {} };
+  return new NativeMemoryRegion({} as NativeProtectionDomain, Buffer.alloc(length), 0, native);
 }
 
 test('every send work request kind reaches the C++ parser as encoded', (t) => {
@@ -208,4 +215,114 @@ test('the C++ parser refuses malformed work requests, naming the request', (t) =
       message: /at most 4 SGEs/,
     },
   );
+});
+
+test('an SGE outside its region is refused before it is encoded, INLINE or not', (t) => {
+  const a = requireAddon();
+  const layout = a.layout;
+  const mr = fakeRegion(0x7f00_0000_0000, 7, 256);
+  const words = new Uint32Array(layout.SEND_WR_STRIDE);
+  const inline = (sgList: SendWr['sgList']): SendWr => ({
+    wrId: 1,
+    opcode: WrOpcode.SEND,
+    flags: SendFlags.INLINE | SendFlags.SIGNALED,
+    sgList,
+  });
+  // Up to the last byte, and an empty SGE at the end, are inside.
+  for (const [offset, length] of [
+    [0, 256],
+    [255, 1],
+    [256, 0],
+  ]) {
+    encodeSendWr(words, 0, inline([{ mr, offset, length }]), layout);
+    t.is(a.testing.parseSendWrs(words, 0, 1, 4)[0].totalLength, length);
+  }
+  const bad: [number, number][] = [
+    [0, 257], // one byte past the end: the provider would memcpy it from whatever follows the buffer
+    [200, 100],
+    [256, 1],
+    [-1, 8],
+    [0, -1],
+    [0.5, 8],
+    [0, 2 ** 32], // would wrap to 0 in the 32-bit length word
+    [Number.NaN, 8],
+  ];
+  for (const [offset, length] of bad) {
+    words.fill(0xdead);
+    const e = t.throws(() => encodeSendWr(words, 0, inline([{ mr, offset, length }]), layout), {
+      instanceOf: VerbsError,
+      message: /an SGE must lie within its memory region/,
+    });
+    t.like(e, { code: 'VERBS_INVALID_ARGUMENT', details: { sge: 0, offset, length, regionLength: 256 } });
+    t.true(
+      words.every((w) => w === 0xdead),
+      `nothing encoded for [${offset}, ${length}]`,
+    );
+  }
+  // Every SGE is checked (the second here), on the send and the receive queue alike.
+  t.throws(
+    () =>
+      encodeSendWr(
+        words,
+        0,
+        inline([
+          { mr, offset: 0, length: 8 },
+          { mr, offset: 250, length: 8 },
+        ]),
+        layout,
+      ),
+    {
+      instanceOf: VerbsError,
+      message: /within its memory region/,
+    },
+  );
+  t.throws(() => encodeSendWr(words, 0, { ...inline([{ mr, offset: 0, length: 300 }]), flags: 0 }, layout), {
+    instanceOf: VerbsError,
+  });
+  t.throws(() => encodeRecvWr(words, 0, { wrId: 2, sgList: [{ mr, offset: 8, length: 256 }] }, layout), {
+    instanceOf: VerbsError,
+    message: /within its memory region/,
+  });
+  // A region re-keyed to a shorter window bounds its SGEs by that window.
+  const short = fakeRegion(0x7f00_0001_0000, 8, 64);
+  t.throws(() => encodeSendWr(words, 0, inline([{ mr: short, offset: 0, length: 65 }]), layout), {
+    instanceOf: VerbsError,
+  });
+});
+
+test('the queue pair refuses an out-of-bounds SGE in postSend and postRecv, even before it is connected', (t) => {
+  const a = requireAddon();
+  const layout = a.layout;
+  const mr = fakeRegion(0x7f00_0002_0000, 9, 128);
+  const cap = { maxSendWr: 4, maxRecvWr: 4, maxSendSge: 2, maxRecvSge: 2, maxInlineData: 64 };
+  const qp = new NativeQueuePair(
+    layout,
+    {} as ProtectionDomain,
+    {} as CompletionQueue,
+    {} as CompletionQueue,
+    cap,
+  );
+  const e = t.throws(
+    () =>
+      qp.postSend({
+        wrId: 1,
+        opcode: WrOpcode.SEND,
+        flags: SendFlags.INLINE,
+        sgList: [{ mr, offset: 64, length: 65 }],
+      }),
+    { instanceOf: VerbsError },
+  );
+  t.is((e as VerbsError).code, 'VERBS_INVALID_ARGUMENT');
+  t.throws(() => qp.postRecv({ wrId: 2, sgList: [{ mr, offset: 0, length: 129 }] }), {
+    instanceOf: VerbsError,
+  });
+  // In bounds, the same work requests are accepted (kept until the QP exists).
+  qp.postSend({
+    wrId: 3,
+    opcode: WrOpcode.SEND,
+    flags: SendFlags.INLINE,
+    sgList: [{ mr, offset: 64, length: 64 }],
+  });
+  qp.postRecv({ wrId: 4, sgList: [{ mr, offset: 0, length: 128 }] });
+  qp.destroy();
 });

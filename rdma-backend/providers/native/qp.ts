@@ -37,20 +37,50 @@ function checkWrId(wrId: number): void {
   }
 }
 
-function encodeSges(words: Uint32Array, base: number, sgList: readonly Sge[], layout: Layout): void {
+/**
+ * Refuses, before anything is encoded, a list the addon must never see: too many SGEs, a region of another
+ * provider, or an SGE that does not lie within its region. The bounds cannot be left to the device: with
+ * SendFlags.INLINE the provider library copies the SGE's bytes with memcpy in this process while posting
+ * (rdma-core's mlx5, rxe and siw alike), from `addr` for `length` bytes, and never looks at the lkey, so an
+ * SGE past its region would send the process memory after it (another connection's data, heap) to the
+ * peer, or fault. Without INLINE the device would complete it with LOC_PROT_ERR; refusing it for every
+ * opcode keeps one rule. A few comparisons per SGE, against what the region object already holds.
+ */
+function checkSges(sgList: readonly Sge[], layout: Layout): void {
   if (sgList.length > layout.MAX_SGE) {
     throw new VerbsError('VERBS_INVALID_ARGUMENT', `at most ${layout.MAX_SGE} SGEs per work request`, {
       numSge: sgList.length,
     });
   }
   for (let i = 0; i < sgList.length; i++) {
-    const sge = sgList[i];
-    if (!(sge.mr instanceof NativeMemoryRegion)) {
+    const { mr, offset, length } = sgList[i];
+    if (!(mr instanceof NativeMemoryRegion)) {
       throw new VerbsError('VERBS_INVALID_ARGUMENT', 'an SGE names a region of another provider', { sge: i });
     }
-    // Bounds are the device's to check: an SGE outside the region completes with LOC_PROT_ERR, as on
-    // hardware, rather than being refused here.
-    const addr = sge.mr.addr + sge.offset;
+    const regionLength = mr.length;
+    if (
+      !Number.isInteger(offset) ||
+      !Number.isInteger(length) ||
+      offset < 0 ||
+      length < 0 ||
+      length > 0xffffffff ||
+      offset + length > regionLength
+    ) {
+      throw new VerbsError('VERBS_INVALID_ARGUMENT', 'an SGE must lie within its memory region', {
+        sge: i,
+        offset,
+        length,
+        regionLength,
+      });
+    }
+  }
+}
+
+/** Encodes a list that checkSges accepted. */
+function encodeSges(words: Uint32Array, base: number, sgList: readonly Sge[]): void {
+  for (let i = 0; i < sgList.length; i++) {
+    const sge = sgList[i];
+    const addr = (sge.mr as NativeMemoryRegion).addr + sge.offset;
     const g = base + 4 * i;
     words[g] = lo32(addr);
     words[g + 1] = hi32(addr);
@@ -62,6 +92,7 @@ function encodeSges(words: Uint32Array, base: number, sgList: readonly Sge[], la
 /** Writes `wr` as send record `slot` of `words` (exported for the addon round-trip tests). */
 export function encodeSendWr(words: Uint32Array, slot: number, wr: SendWr, layout: Layout): void {
   checkWrId(wr.wrId);
+  checkSges(wr.sgList, layout);
   const r = slot * layout.SEND_WR_STRIDE;
   words.fill(0, r, r + layout.SEND_WR_STRIDE);
   words[r + SendWrWord.WR_ID_LO] = lo32(wr.wrId);
@@ -75,18 +106,19 @@ export function encodeSendWr(words: Uint32Array, slot: number, wr: SendWr, layou
     words[r + SendWrWord.REMOTE_ADDR_HI] = Number((wr.remoteAddr >> 32n) & MASK_32);
   }
   words[r + SendWrWord.RKEY] = (wr.rkey ?? 0) >>> 0;
-  encodeSges(words, r + layout.SEND_WR_SGE, wr.sgList, layout);
+  encodeSges(words, r + layout.SEND_WR_SGE, wr.sgList);
 }
 
 /** Writes `wr` as receive record `slot` of `words`. */
 export function encodeRecvWr(words: Uint32Array, slot: number, wr: RecvWr, layout: Layout): void {
   checkWrId(wr.wrId);
+  checkSges(wr.sgList, layout);
   const r = slot * layout.RECV_WR_STRIDE;
   words.fill(0, r, r + layout.RECV_WR_STRIDE);
   words[r + RecvWrWord.WR_ID_LO] = lo32(wr.wrId);
   words[r + RecvWrWord.WR_ID_HI] = hi32(wr.wrId);
   words[r + RecvWrWord.NUM_SGE] = wr.sgList.length;
-  encodeSges(words, r + layout.RECV_WR_SGE, wr.sgList, layout);
+  encodeSges(words, r + layout.RECV_WR_SGE, wr.sgList);
 }
 
 export class NativeQueuePair implements QueuePair {
