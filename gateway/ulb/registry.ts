@@ -1,12 +1,15 @@
 /**
  * Bindings by program and version, and the one entry point the gateway calls per call. A call no
  * binding covers gets the safe fallback (no DDP items, reply size unknown); procedure 0 of any program
- * is answered without a binding, since by convention it takes and returns nothing (RFC 5531 §12.1).
+ * is answered without a binding, since by convention it takes and returns nothing (RFC 5531 §12.1),
+ * except as an RPCSEC_GSS control message (RFC 2203 §5.2: reply size unknown).
  */
 import type { RpcCallHeader } from '../../rpc/message.js';
 import {
+  gssProcOf,
   MIN_REPLY_HEADER,
   maxReplyHeaderSize,
+  RPCSEC_GSS_DATA,
   type UlbCallPlan,
   UlbOutcome,
   type UpperLayerBinding,
@@ -54,6 +57,12 @@ export class UlbRegistry {
     const binding = this.lookup(call.prog, call.vers);
     if (binding !== undefined) binding.planCall(call, plan);
     if (plan.binding === null && call.proc === 0) nullProcedureUlb.planCall(call, plan);
+    // Procedure 0 under RPCSEC_GSS with gss_proc INIT or CONTINUE_INIT is a context-setup call (RFC 2203
+    // §5.2.2), whatever the program: its reply carries rpc_gss_init_res (§5.2.3.1), a context handle
+    // and a GSS token of no fixed bound (a Kerberos AP-REP, say), not the NULL procedure's nothing. Its
+    // size is unknown, so that a Reply chunk is offered; the same for DESTROY (§5.4), whose reply is
+    // small, rather than guess at what a server puts in it.
+    if (call.proc === 0 && gssProcOf(call) > RPCSEC_GSS_DATA) plan.maxReplySize = -1;
     return plan;
   }
 }

@@ -21,7 +21,7 @@
 import type { RpcCallHeader } from '../../rpc/message.js';
 import { NFS_PROGRAM } from './nfs3.js';
 import { findOpArgs, findResult, Nfs4Op, RESULT_HIDDEN } from './nfs4.js';
-import { NOT_WALKED, successResultsOffset, type UlbCallPlan } from './types.js';
+import { gssProcOf, NOT_WALKED, RPCSEC_GSS_DATA, successResultsOffset, type UlbCallPlan } from './types.js';
 
 /** `sessionid4` is `opaque[NFS4_SESSIONID_SIZE]`, NFS4_SESSIONID_SIZE = 16 (RFC 8881 §3.1). */
 export const SESSIONID_SIZE = 16;
@@ -61,11 +61,9 @@ function u32(b: Buffer, at: number): number {
   return b.readUInt32BE(at);
 }
 
-/** rpc_gss_proc_t RPCSEC_GSS_DATA and rpc_gss_service_t values (RFC 2203 §5). */
-const RPCSEC_GSS_DATA = 0;
+/** rpc_gss_service_t values (RFC 2203 §5). */
 const RPC_GSS_SVC_NONE = 1;
 const RPC_GSS_SVC_INTEGRITY = 2;
-const AUTH_RPCSEC_GSS = 6;
 
 /**
  * Where the arguments (or results) of the message being read lie, `[start, end)`: set by `argsOf` and
@@ -94,9 +92,10 @@ function argsOf(call: RpcCallHeader, msg: Buffer): Args {
   body.start = call.bodyOffset;
   body.end = msg.length;
   if (!call.isGss) return Args.READABLE;
+  const gssProc = gssProcOf(call);
+  if (gssProc < 0) return Args.HIDDEN;
+  if (gssProc !== RPCSEC_GSS_DATA) return Args.NONE;
   const c = call.cred;
-  if (c.bodyLength < 16) return Args.HIDDEN;
-  if (u32(c.buf, c.bodyStart + 4) !== RPCSEC_GSS_DATA) return Args.NONE;
   const service = u32(c.buf, c.bodyStart + 12);
   if (service === RPC_GSS_SVC_NONE) return Args.READABLE;
   if (service !== RPC_GSS_SVC_INTEGRITY) return Args.HIDDEN;
@@ -125,12 +124,7 @@ function unwrapIntegrity(msg: Buffer): boolean {
  */
 export function gssIntegrity(call: RpcCallHeader): boolean {
   const c = call.cred;
-  return (
-    c.flavor === AUTH_RPCSEC_GSS &&
-    c.bodyLength >= 16 &&
-    u32(c.buf, c.bodyStart + 4) === RPCSEC_GSS_DATA &&
-    u32(c.buf, c.bodyStart + 12) === RPC_GSS_SVC_INTEGRITY
-  );
+  return gssProcOf(call) === RPCSEC_GSS_DATA && u32(c.buf, c.bodyStart + 12) === RPC_GSS_SVC_INTEGRITY;
 }
 
 /** Position after the COMPOUND tag (`utf8str_cs tag`), or -1 when the tag does not fit in `end`. */

@@ -198,6 +198,19 @@ export function maxReplyHeaderSize(call: RpcCallHeader): number {
   return 4 * 5 + (f === 0 || f === 1 ? 0 : 400) + 4;
 }
 
+/** rpc_gss_proc_t RPCSEC_GSS_DATA (RFC 2203 §5): a procedure's call; the other values set up or destroy a context. */
+export const RPCSEC_GSS_DATA = 0;
+
+/**
+ * The gss_proc of an RPCSEC_GSS call (its credential is rpc_gss_cred_vers_1_t: version, gss_proc,
+ * seq_num, service, handle; RFC 2203 §5), or -1 for another flavor or a credential too short to be one.
+ */
+export function gssProcOf(call: RpcCallHeader): number {
+  const c = call.cred;
+  if (c.flavor !== 6 || c.bodyLength < 16) return -1;
+  return c.buf.readUInt32BE(c.bodyStart + 4);
+}
+
 /** The smallest successful reply header (empty verifier). */
 export const MIN_REPLY_HEADER = 24;
 

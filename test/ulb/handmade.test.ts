@@ -179,6 +179,44 @@ test('fallbacks: RPCSEC_GSS integrity, unknown program, minor version 3; NULL of
   t.is(plan(w2.toBuffer()).outcome, UlbOutcome.UNKNOWN);
 });
 
+test('RPCSEC_GSS context setup (procedure 0, gss_proc INIT / CONTINUE_INIT): reply size unknown, a Reply chunk is offered', (t) => {
+  // rpc_gss_init_res (RFC 2203 §5.2.3.1): a handle and a GSS token, of no fixed size.
+  const nullCall = (prog: number, vers: number, flavor: number, gssProc: number, token = Buffer.alloc(0)) => {
+    const w = new XdrWriter();
+    const cred =
+      flavor === AuthFlavor.RPCSEC_GSS
+        ? new XdrWriter().u32(1).u32(gssProc).u32(0).u32(1).opaque(Buffer.alloc(0)).toBuffer()
+        : Buffer.alloc(0);
+    encodeCallHeader(w, {
+      xid: 9,
+      prog,
+      vers,
+      proc: 0,
+      cred: { flavor, body: cred },
+      verf: { flavor: 0, body: Buffer.alloc(0) },
+    });
+    if (token.length > 0) w.opaque(token); // rpc_gss_init_arg: the client's GSS token
+    return w.toBuffer();
+  };
+  const token = Buffer.alloc(600, 0x6e); // a Kerberos AP-REQ, roughly
+  // NFSv4 (its binding sizes procedure 0 itself), NFSv3 and MOUNT, and a program with no binding.
+  for (const [prog, vers] of [
+    [100003, 4],
+    [100003, 3],
+    [100005, 3],
+    [100227, 3],
+  ]) {
+    for (const gssProc of [1, 2, 3]) {
+      const p = plan(nullCall(prog, vers, AuthFlavor.RPCSEC_GSS, gssProc, gssProc === 3 ? undefined : token));
+      t.is(p.maxReplySize, -1, `program ${prog} v${vers}, gss_proc ${gssProc}`);
+      t.is(chooseReplyMechanism(p, 1024, false), 'reply-chunk');
+    }
+    // RPCSEC_GSS_DATA NULL (a ping under a context) and AUTH_NONE NULL keep their header-only size.
+    t.true(plan(nullCall(prog, vers, AuthFlavor.RPCSEC_GSS, 0)).maxReplySize > 0, `${prog}: DATA`);
+    t.is(plan(nullCall(prog, vers, AuthFlavor.AUTH_NONE, 0)).maxReplySize, 24, `${prog}: AUTH_NONE`);
+  }
+});
+
 test('reply mechanism (seed 002 §5.3.1)', (t) => {
   const p = { maxReplySize: 900, minReplySize: 100, results: [] as number[] };
   t.is(chooseReplyMechanism(p, 1024, false), 'inline');
