@@ -345,6 +345,7 @@ export class GatewayControlAdapter
           ulb_unknown: r.ulbUnknown,
           ulb_partial: r.ulbPartial,
           gss_xid_collisions: r.gssXidCollisions,
+          gss_not_resent: r.gssNotResent,
           reply_room_waits: r.replyRoomWaits,
         },
       },

@@ -584,6 +584,7 @@ test('calls failed by the transport are counted by code (connection lost → res
     const lost = s.transportFailures.ERR_TRANSPORT_CONNECTION_LOST ?? 0;
     t.true(lost >= 1, JSON.stringify(s.transportFailures));
     t.is(lost, s.events.retransmits, 'each failure of a live client is one retransmission');
+    t.is(s.events.gss_not_resent, 0, 'no RPCSEC_GSS call among them (those are not resent)');
     const text = await (await request(`${h.url}/metrics`)).body.text();
     const fam = parsePrometheus(text).find((x) => x.name === 'rpcrdma_gateway_rdma_call_failures_total');
     const m = ((fam?.metrics ?? []) as { labels: Record<string, string>; value: string }[]).find(
