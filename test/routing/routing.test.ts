@@ -55,6 +55,47 @@ function callMessage(xid: number, prog: number, vers: number, proc: number): Buf
   return w.toBuffer();
 }
 
+/** A test-program NULL call under an RPCSEC_GSS credential (its body opaque to the gateway). */
+function gssNullCall(xid: number): Buffer {
+  const w = new XdrWriter(64);
+  encodeCallHeader(w, {
+    xid,
+    prog: TEST_PROGRAM,
+    vers: TEST_VERSION,
+    proc: TestProc.NULL,
+    cred: { flavor: AuthFlavor.RPCSEC_GSS, body: Buffer.alloc(8, 1) },
+  });
+  return w.toBuffer();
+}
+
+interface HeldCall {
+  conn: FrontendConnection;
+  xid: number;
+  record: Buffer;
+}
+
+/**
+ * A gateway whose test program goes on the tcp route to an upstream that holds every call until the
+ * test answers it (`held`, in arrival order).
+ */
+async function gatewayWithHoldingUpstream(
+  t: import('ava').ExecutionContext,
+): Promise<{ g: Gateway; held: HeldCall[]; port: number }> {
+  const held: HeldCall[] = [];
+  const upstream = new FrontendServer({
+    listen: [{ host: '127.0.0.1', port: 0 }],
+    handler: {
+      onRecord: (conn, record) => held.push({ conn, xid: record.readUInt32BE(0), record }),
+      onClose: () => {},
+    },
+  });
+  const [up] = await upstream.listen();
+  t.teardown(() => upstream.close({ drainTimeoutMs: 0 }));
+  const g = await gatewayWith({ routes: [`test=tcp@127.0.0.1:${up.port}`] });
+  t.teardown(() => g.stop(1000));
+  return { g, held, port: g.addresses[0].port };
+}
+
 // --------------------------------------------------------------------------------------------------
 // Validation
 
@@ -329,31 +370,8 @@ test('tcp route: calls pass through with XIDs mapped per upstream connection, re
 });
 
 test('tcp route: an RPCSEC_GSS call keeps its XID upstream; one whose XID is already outstanding there closes only its client', async (t) => {
-  // An upstream that holds every call until the test answers it.
-  const held: { conn: FrontendConnection; xid: number }[] = [];
-  const upstream = new FrontendServer({
-    listen: [{ host: '127.0.0.1', port: 0 }],
-    handler: {
-      onRecord: (conn, record) => held.push({ conn, xid: record.readUInt32BE(0) }),
-      onClose: () => {},
-    },
-  });
-  const [up] = await upstream.listen();
-  t.teardown(() => upstream.close({ drainTimeoutMs: 0 }));
-  const g = await gatewayWith({ routes: [`test=tcp@127.0.0.1:${up.port}`] });
-  t.teardown(() => g.stop(1000));
-  const port = g.addresses[0].port;
-  const gssCall = (xid: number) => {
-    const w = new XdrWriter(64);
-    encodeCallHeader(w, {
-      xid,
-      prog: TEST_PROGRAM,
-      vers: TEST_VERSION,
-      proc: TestProc.NULL,
-      cred: { flavor: AuthFlavor.RPCSEC_GSS, body: Buffer.alloc(8, 1) },
-    });
-    return w.toBuffer();
-  };
+  const { g, held, port } = await gatewayWithHoldingUpstream(t);
+  const gssCall = gssNullCall;
   const a = await RpcClient.connect({ host: '127.0.0.1', port });
   const b = await RpcClient.connect({ host: '127.0.0.1', port });
   const first = a.callRaw([gssCall(77)]);
@@ -383,19 +401,8 @@ test('tcp route: an RPCSEC_GSS call keeps its XID upstream; one whose XID is alr
 });
 
 test('tcp route: a call the client sends again while the first is in flight is not forwarded twice; the first reply answers it', async (t) => {
-  const held: { conn: FrontendConnection; xid: number; record: Buffer }[] = [];
-  const upstream = new FrontendServer({
-    listen: [{ host: '127.0.0.1', port: 0 }],
-    handler: {
-      onRecord: (conn, record) => held.push({ conn, xid: record.readUInt32BE(0), record }),
-      onClose: () => {},
-    },
-  });
-  const [up] = await upstream.listen();
-  t.teardown(() => upstream.close({ drainTimeoutMs: 0 }));
-  const g = await gatewayWith({ routes: [`test=tcp@127.0.0.1:${up.port}`] });
-  t.teardown(() => g.stop(1000));
-  const sock = await connectRaw(g.addresses[0].port);
+  const { g, held, port } = await gatewayWithHoldingUpstream(t);
+  const sock = await connectRaw(port);
   t.teardown(() => sock.destroy());
   const replies: Buffer[] = [];
   const decoder = new RecordDecoder((r) => replies.push(r));
@@ -523,34 +530,14 @@ test('a client closed through the admin API whose passthrough call then fails is
 });
 
 test('tcp route: a gateway XID is never one an RPCSEC_GSS call in flight keeps upstream', async (t) => {
-  const held: { conn: FrontendConnection; xid: number }[] = [];
-  const upstream = new FrontendServer({
-    listen: [{ host: '127.0.0.1', port: 0 }],
-    handler: {
-      onRecord: (conn, record) => held.push({ conn, xid: record.readUInt32BE(0) }),
-      onClose: () => {},
-    },
-  });
-  const [up] = await upstream.listen();
-  t.teardown(() => upstream.close({ drainTimeoutMs: 0 }));
-  const g = await gatewayWith({ routes: [`test=tcp@127.0.0.1:${up.port}`] });
-  t.teardown(() => g.stop(1000));
-  const port = g.addresses[0].port;
-  const w = new XdrWriter(64);
-  encodeCallHeader(w, {
-    xid: 0x5000,
-    prog: TEST_PROGRAM,
-    vers: TEST_VERSION,
-    proc: TestProc.NULL,
-    cred: { flavor: AuthFlavor.RPCSEC_GSS, body: Buffer.alloc(8, 1) },
-  });
+  const { g, held, port } = await gatewayWithHoldingUpstream(t);
   const a = await RpcClient.connect({ host: '127.0.0.1', port });
   const b = await RpcClient.connect({ host: '127.0.0.1', port });
   t.teardown(() => {
     a.destroy();
     b.destroy();
   });
-  const gss = a.callRaw([w.toBuffer()]);
+  const gss = a.callRaw([gssNullCall(0x5000)]);
   gss.catch(() => undefined); // asserted below
   await waitFor(() => held.length === 1, 'the GSS call upstream');
   // The upstream connection's next gateway XID is made to be the GSS call's, still in flight.
