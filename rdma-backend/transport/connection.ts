@@ -817,6 +817,17 @@ export class RpcRdmaConnection {
     }
   }
 
+  /** A credit came back outside a reply or a failure (`RequesterHandler.onCredit`): tell the caller. */
+  reportCredit(): void {
+    const h = this.requester.onCredit;
+    if (!h) return;
+    try {
+      h.call(this.requester, this);
+    } catch (e) {
+      this.handlerThrew('onCredit', e, {});
+    }
+  }
+
   /** The call is finished for the transport (an abandoned call's memory is invalidated): tell the caller. */
   reportAbandoned(call: TransportCall): void {
     const h = this.requester.onAbandoned;

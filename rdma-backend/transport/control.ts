@@ -25,8 +25,11 @@ import { CONTROL_RESERVE } from './options.js';
 
 /** Sends a control message that waited for a send buffer (`OwedControl`); one is free. */
 export function sendOwed(c: RpcRdmaConnection, m: OwedControl): void {
-  if (m.kind === 'done') sendDone(c, m.xid, m.rkey, m.holdsCredit);
-  else if (m.vers) sendVersError(c, m.xid, m.version, m.body.versLow ?? 1, m.body.versHigh ?? 1);
+  if (m.kind === 'done') {
+    sendDone(c, m.xid, m.rkey, m.holdsCredit);
+    // The credit it held came back with no reply to say so: the caller's waiting calls may go.
+    if (m.holdsCredit) c.reportCredit();
+  } else if (m.vers) sendVersError(c, m.xid, m.version, m.body.versLow ?? 1, m.body.versHigh ?? 1);
   else sendError(c, m.xid, m.version, m.body, m.detail);
 }
 

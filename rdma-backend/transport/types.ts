@@ -4,6 +4,7 @@
  * in a pooled record, never in a closure per call.
  */
 import type { RdmaSegment } from '../protocol/index.js';
+import type { RpcRdmaConnection } from './connection.js';
 import type { TransportError } from './errors.js';
 import type { DdpItem } from './marshal.js';
 
@@ -53,6 +54,12 @@ export interface RequesterHandler<C extends TransportCall = TransportCall> {
    * never together with onReply / onFailed for it.
    */
   onAbandoned?(call: C): void;
+  /**
+   * A credit came back other than with a reply or a failure (`onReply`, `onFailed`): a pulled reply's
+   * DONE that waited for a send buffer was posted, and the credit it held is free (seed 002 §5.2.3). A
+   * caller that keeps its own queue of calls waiting for credits sends them now. Optional.
+   */
+  onCredit?(conn: RpcRdmaConnection): void;
   /**
    * Where the transport assembles a reply it cannot hand over in place (Write chunk data re-inserted, a
    * Reply chunk or inline bytes copied out of a receive buffer): `size` bytes or more. Also the frame a

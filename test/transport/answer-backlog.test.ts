@@ -193,10 +193,17 @@ test('a pull that completes while every send buffer is taken: its DONE waits for
     t.is(lb.client.counters.donesSent, 0);
     t.is(lb.client.credits.outstanding, 1, "the DONE keeps its call's credit until it is posted");
     t.is(lb.server.rprcPending.size, 1, 'the reply stays exposed until the DONE');
+    // The caller hears of the credit: no reply brings it back (its own queue of calls may go).
+    let told = 0;
+    (lb.collector as { onCredit?: () => void }).onCredit = () => {
+      told++;
+      t.is(lb.client.credits.outstanding, 0, 'told once the credit is free');
+    };
     giveBack(lb.client, taken);
     t.is(lb.client.owedControl.length, 0);
     t.is(lb.client.counters.donesSent, 1, 'the DONE went with the first free buffer');
     t.is(lb.client.credits.outstanding, 0, 'and its credit came back');
+    t.is(told, 1, 'the requester was told the credit is free (onCredit)');
     for (let i = 0; i < 1000 && lb.server.rprcPending.size > 0; i++)
       await new Promise((r) => setTimeout(r, 5));
     t.is(lb.server.rprcPending.size, 0, 'the exposed reply was released by the DONE');
