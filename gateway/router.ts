@@ -575,11 +575,12 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
    * call header (xid, msg_type, rpcvers, prog, vers, proc, credential and verifier flavor and length: 40
    * bytes, an AUTH_NONE NULL call), or whose header does not say where it ends (a field runs past the
    * record, an opaque_auth over 400 bytes, RFC 5531 §8.2), is malformed: its client is closed and nothing
-   * reaches the transport. A server cannot answer it either: Linux's svc_process_common closes the
-   * transport on a message shorter than its fixed header ("short len"), failing every client's calls on
-   * that RDMA connection, and the call would be resent first on the next one; a server that drops it
-   * would leave it in flight, holding a credit, for good. Two failures are the server's to answer, on a
-   * header whose end is known: an rpcvers other than 2 (RPC_MISMATCH, RFC 5531 §9) and an AUTH_SYS
+   * reaches the transport. Sent on, it would cost others: Linux's svc_process_common closes the
+   * transport on a message shorter than six words ("short len"), failing every client's calls on that
+   * RDMA connection, and the call would be resent first on the next one; a longer one that does not
+   * frame is answered at best with an error the client did not ask for; a server that drops it leaves it
+   * in flight, holding a credit, for good. Two failures are the server's to answer (the decoder stops at
+   * them, before the header's end): an rpcvers other than 2 (RPC_MISMATCH, RFC 5531 §9) and an AUTH_SYS
    * credential whose body is malformed (AUTH_BADCRED): those calls are forwarded unplanned, and the
    * client gets the server's answer rather than a closed connection it would reconnect to in a loop.
    */
@@ -619,12 +620,14 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   private plan(r: CallRecord, record: Buffer, decoded: boolean): void {
     let counted = false;
     let planned = false;
+    // Known from the header alone, whatever the planning does: a GSS call's XID is under its verifier's
+    // checksum (RFC 2203 §5.3.1), never rewritten, and the call is never resent by the gateway.
+    r.gss = decoded && this.header.isGss;
     if (decoded) {
       try {
         const h = this.header;
         this.callStats.call(h.prog, h.vers, h.proc);
         counted = true;
-        r.gss = h.isGss;
         r.idempotent = isIdempotent(h.prog, h.vers, h.proc);
         this.registry.planCall(h, r.plan);
         const op = sessionOpOfCall(h, record, r.sessionId, r.plan);
@@ -640,7 +643,6 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     }
     if (!planned) {
       if (!counted) this.callStats.unclassifiedCall();
-      r.gss = false;
       r.plan.fallBack();
       r.plan.binding = null;
     }
@@ -902,6 +904,11 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
 
   // --------------------------------------------------------------------------------------------------
   // From the transport
+
+  /** A credit came back with no reply (a pulled reply's DONE was posted late): waiting calls may go. */
+  onCredit(): void {
+    this.pump();
+  }
 
   onReply(r: CallRecord, reply: Buffer): void {
     const link = r.link;

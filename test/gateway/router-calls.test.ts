@@ -47,7 +47,7 @@ const LOST = {
 } as unknown as TransportError;
 
 /** RDMA connections that take calls while `up` (as many credits as asked), and clients to make. */
-function world(connections = 1) {
+function world(connections = 1, registry = new UlbRegistry()) {
   const sent: { conn: number; r: CallRecord; bytes: Buffer }[] = [];
   const rdma = Array.from({ length: connections }, (_, i) => {
     const c = {
@@ -65,7 +65,7 @@ function world(connections = 1) {
   });
   let live = [...rdma];
   const pool = { connections: () => live, onReady: () => () => {} } as unknown as ConnectionPool;
-  const router = new Router({ registry: new UlbRegistry(), tickMs: 1e9 });
+  const router = new Router({ registry, tickMs: 1e9 });
   router.attach(pool);
   let nextId = 1;
   const client = () => {
@@ -222,4 +222,21 @@ test('a header that does not frame (an over-long credential) closes its client; 
   t.is(d.c.destroyed, null);
   t.is(sent.length, 3);
   t.is(router.snapshot().malformed, 1);
+});
+
+test('an RPCSEC_GSS call whose planning throws is still a GSS call: its XID is kept, and it is not resent', (t) => {
+  // A binding that throws (the bindings are written not to; a bug there must cost only DDP and affinity).
+  const registry = new UlbRegistry();
+  registry.planCall = () => {
+    throw new Error('a binding bug');
+  };
+  const { router, sent, client, lose } = world(2, registry);
+  t.teardown(() => router.close());
+  const a = client();
+  router.onRecord(a.conn, gssCall(0x3333, 7));
+  t.is(sent.length, 1);
+  t.is(sent[0].bytes.readUInt32BE(0), 0x3333, 'its XID, under the verifier, goes as it is');
+  lose(sent[0].conn);
+  t.is(sent.length, 1, 'not sent again with its spent seq_num');
+  t.is(a.c.destroyed, 'ERR_RDMA_GSS_LOST');
 });
