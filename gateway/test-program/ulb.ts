@@ -33,7 +33,8 @@ function sourceCount(call: RpcCallHeader): number {
 
 /**
  * The binding. `maxData` is the server's data limit: a SOURCE asking for more is refused by the server
- * (GARBAGE_ARGS), so no Write chunk larger than it is ever offered.
+ * (SYSTEM_ERR: well-formed arguments, more than it will produce), so no Write chunk larger than it is
+ * ever offered.
  */
 export function createTestProgramUlb(maxData = DEFAULT_MAX_TEST_DATA): UpperLayerBinding {
   const binding: UpperLayerBinding = {
