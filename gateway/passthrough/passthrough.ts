@@ -288,6 +288,7 @@ export class Passthrough implements TcpRouteHandler, CallReceiver<Forwarded> {
       // other client's call is given it meanwhile.
       f.xid = f.clientXid;
       if (!link.reserveXid(f.xid)) {
+        this.recordPool?.release(record); // never written
         this.onCallFailed(
           f,
           new RpcClientError('ERR_CLIENT_XID_IN_USE', `xid ${f.xid} already has a call outstanding`, {
