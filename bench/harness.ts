@@ -70,6 +70,14 @@ export function measureRate(fn: () => void, seconds: number, opsPerCall = 1): nu
   return (calls * opsPerCall) / ((now - start) / 1000);
 }
 
+/**
+ * The rows that make a run fail (`run.ts` exits non-zero): a target with no valid figure (`extra.invalid`:
+ * a chain that did not start, failed calls, a missing baseline). An unmet target is a result, not a failure.
+ */
+export function invalidTargets(rows: readonly BenchRow[]): BenchRow[] {
+  return rows.filter((r) => r.target !== undefined && r.extra?.invalid !== undefined);
+}
+
 /** Fills in `ratio` and `met` from `baseline` and `target`. */
 export function row(r: BenchRow): BenchRow {
   const out = { ...r };

@@ -14,7 +14,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { nativeAvailability } from '../rdma-backend/providers/native/index.js';
 import { writeFlameGraphs } from './flamegraph.js';
-import { BENCH_ENV, type BenchContext, type BenchRow, type Suite, table } from './harness.js';
+import { BENCH_ENV, type BenchContext, type BenchRow, invalidTargets, type Suite, table } from './harness.js';
 import { BENCH_USAGE, type BenchOptions, BenchUsageError, parseBenchArgs } from './options.js';
 import { suites } from './suites/index.js';
 
@@ -98,6 +98,14 @@ async function main(): Promise<void> {
     );
   }
   process.stdout.write(`${JSON.stringify(result)}\n`);
+  // A target without a valid figure fails the run (an unmet one is a result and does not).
+  const invalid = invalidTargets(rows);
+  if (invalid.length > 0) {
+    process.stderr.write(
+      `bench: ${invalid.length} target(s) without a valid figure:\n${invalid.map((r) => `  ${r.suite} ${r.name}: ${String(r.extra?.invalid)}`).join('\n')}\n`,
+    );
+    process.exitCode = 1;
+  }
 }
 
 /** The machine, recorded with the figures (absolute numbers mean nothing without it). */

@@ -184,30 +184,41 @@ export const nfsSuite: Suite = {
         if (!r) continue;
         const base =
           id === 'direct' ? undefined : results.get(`${id === 'socat' ? 'direct' : 'socat'}/${dir}`);
-        rows.push(
-          row({
-            suite: 'nfs',
-            name: `libnfs ${dir} ${sizeText} ${id}`,
-            value: r.seconds ?? Number.NaN,
-            unit: 's',
-            baseline:
-              base?.seconds !== undefined
-                ? { name: id === 'socat' ? 'direct' : 'socat', value: base.seconds }
-                : undefined,
-            // "No slower than socat ×2": wall time at most the socat chain's.
-            target: id.startsWith('gw-') ? { of: 'ratio', op: '<=', value: 1.0 } : undefined,
-            extra: {
-              scenario: id,
-              chain: chainLabel(id),
-              workload: `nfs-${dir}`,
-              bytes: size,
-              bytesPerSec: r.seconds ? size / r.seconds : undefined,
-              times: r.times,
-              resources: r.resources,
-              error: r.error,
-            },
-          }),
-        );
+        const built = row({
+          suite: 'nfs',
+          name: `libnfs ${dir} ${sizeText} ${id}`,
+          value: r.seconds ?? Number.NaN,
+          unit: 's',
+          baseline:
+            base?.seconds !== undefined
+              ? { name: id === 'socat' ? 'direct' : 'socat', value: base.seconds }
+              : undefined,
+          // "No slower than socat ×2": wall time at most the socat chain's.
+          target: id.startsWith('gw-') ? { of: 'ratio', op: '<=', value: 1.0 } : undefined,
+          extra: {
+            scenario: id,
+            chain: chainLabel(id),
+            workload: `nfs-${dir}`,
+            bytes: size,
+            bytesPerSec: r.seconds ? size / r.seconds : undefined,
+            times: r.times,
+            resources: r.resources,
+            error: r.error,
+          },
+        });
+        // A failed measurement (this chain's or its baseline's) is no figure: the target is not met, and
+        // the row says why (never a blank `met`).
+        const broken =
+          r.seconds === undefined
+            ? (r.error ?? 'not measured')
+            : id !== 'direct' && base?.seconds === undefined
+              ? `baseline: ${base?.error ?? 'not measured'}`
+              : undefined;
+        if (broken !== undefined) {
+          built.extra = { ...built.extra, invalid: broken };
+          if (built.target) built.met = false;
+        }
+        rows.push(built);
       }
     }
     return rows;

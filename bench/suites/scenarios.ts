@@ -352,8 +352,12 @@ export function buildRows(plan: Plan, results: Map<string, Measured>): BenchRow[
       const paired = baseName !== undefined && results.has(`${baseName}/${w.id}`) && !alike;
       const isBaseline = chainId === 'haproxy';
       const ownBest = alike || (isBaseline && twice(chainId, w));
-      const m = bestOf(results, chainId, w, !ownBest && paired);
-      if (!m) continue;
+      const found = bestOf(results, chainId, w, !ownBest && paired);
+      // A planned target is always a row: a chain that never ran a targeted workload (it did not start,
+      // the suite stopped) has a target not met, with the reason, never a row that is simply absent.
+      const planned = targetFor(chainId, w.id) !== undefined && plan.workloadIds.includes(w.id);
+      if (!found && !planned) continue;
+      const m: Measured = found ?? {};
       const r = m.result;
       const baseM = baseName ? bestOf(results, baseName, w, paired) : undefined;
       const base = valid(baseM) ? baseM?.result : undefined;
@@ -400,7 +404,7 @@ export function buildRows(plan: Plan, results: Map<string, Measured>): BenchRow[
     const hps = p99sOf(results, 'haproxy', w);
     const hp = hps.length > 0 ? Math.min(...hps) : undefined;
     for (const chainId of plan.chainIds.filter((c) => c.startsWith('gw-'))) {
-      if (!results.has(`${chainId}/${w.id}`)) continue;
+      if (!results.has(`${chainId}/${w.id}`) && !plan.workloadIds.includes(w.id)) continue;
       const p99s = p99sOf(results, chainId, w);
       const built = row({
         suite: 'scenarios',
@@ -436,6 +440,28 @@ export function buildRows(plan: Plan, results: Map<string, Measured>): BenchRow[
       m?.idleRss ? (m.idleRss.after[role] - m.idleRss.before[role]) / plan.idle : undefined;
     const isGateway = chainId.startsWith('gw-');
     const busyW = { id: `busy${BUSY_CLIENTS}`, ops: one('null') };
+    // The gateway's idle pair is a target: planned, it is always a pair of rows (not met, with the reason,
+    // when a measurement is missing or failed).
+    const plannedIdle = isGateway && plan.idleRun;
+    if (!firstWithIdle?.idleRss && plannedIdle) {
+      const role = clientHolder(chainId);
+      rows.push({
+        ...row({
+          suite: 'scenarios',
+          name: `idle${plan.idle} RSS/client ${chainId}`,
+          value: Number.NaN,
+          unit: `KiB (${role})`,
+          target: { of: 'value', op: '<=', value: 64 },
+          extra: {
+            scenario: chainId,
+            workload: 'idle-rss',
+            idleClients: plan.idle,
+            invalid: firstWithIdle?.result ? 'no RSS sampled' : invalidReason(firstWithIdle),
+          },
+        }),
+        met: false,
+      });
+    }
     if (firstWithIdle?.idleRss) {
       const role = clientHolder(chainId);
       const { before, after } = firstWithIdle.idleRss;
@@ -458,24 +484,32 @@ export function buildRows(plan: Plan, results: Map<string, Measured>): BenchRow[
         }),
       );
     }
-    if (busy || withIdle) {
+    if (busy || withIdle || plannedIdle) {
       const b = busy?.result;
       const wi = withIdle?.result;
-      rows.push(
-        row({
-          suite: 'scenarios',
-          name: `busy${BUSY_CLIENTS}+idle${plan.idle} ${chainId}`,
-          value: wi ? wi.opsPerSec : Number.NaN,
-          unit: 'ops/s',
-          baseline: b ? { name: `busy${BUSY_CLIENTS} alone`, value: b.opsPerSec } : undefined,
-          target: isGateway ? { of: 'ratio', op: '>=', value: 0.9 } : undefined,
-          extra: {
-            ...extraOf(chainId, { ...busyW, id: `busy${BUSY_CLIENTS}+idle` }, withIdle ?? {}),
-            busyAlone: busy ? extraOf(chainId, busyW, busy) : undefined,
-            ...passRates(results, chainId),
-          },
-        }),
-      );
+      const built = row({
+        suite: 'scenarios',
+        name: `busy${BUSY_CLIENTS}+idle${plan.idle} ${chainId}`,
+        value: wi ? wi.opsPerSec : Number.NaN,
+        unit: 'ops/s',
+        baseline: b ? { name: `busy${BUSY_CLIENTS} alone`, value: b.opsPerSec } : undefined,
+        target: isGateway ? { of: 'ratio', op: '>=', value: 0.9 } : undefined,
+        extra: {
+          ...extraOf(chainId, { ...busyW, id: `busy${BUSY_CLIENTS}+idle` }, withIdle ?? {}),
+          busyAlone: busy ? extraOf(chainId, busyW, busy) : undefined,
+          ...passRates(results, chainId),
+        },
+      });
+      const broken = !valid(withIdle)
+        ? invalidReason(withIdle)
+        : !valid(busy)
+          ? `baseline: ${invalidReason(busy)}`
+          : undefined;
+      if (broken !== undefined) {
+        built.extra = { ...built.extra, invalid: broken };
+        if (built.target) built.met = false;
+      }
+      rows.push(built);
     }
   }
   return rows;
@@ -520,19 +554,26 @@ export const scenarioSuite: Suite = {
     try {
       const upstream = await startTestProgram(world, PROBE);
       let chain: Chain | undefined;
+      let startError: string | undefined;
       for (const s of steps) {
         progress.step(`${s.id} via ${chainLabel(s.chain)}${s.again ? ' (second pass)' : ''}`);
         if (s.id === '(start)') {
+          startError = undefined;
           try {
             chain = await startChain(world, s.chain, upstream, ctx.profileDir, ctx.rdma);
           } catch (err) {
             chain = undefined;
-            ctx.log(`\n[scenarios] ${s.chain} did not start: ${err instanceof Error ? err.message : err}`);
+            startError = err instanceof Error ? err.message : String(err);
+            ctx.log(`\n[scenarios] ${s.chain} did not start: ${startError}`);
           }
           progress.advance();
           continue;
         }
         if (!chain || chain.id !== s.chain) {
+          // Recorded, so that the chain's rows say why they have no figure (a target not met).
+          results.set(`${s.chain}/${s.id}${s.again ? AGAIN : ''}`, {
+            error: `${s.chain} did not start: ${startError ?? 'unknown'}`,
+          });
           progress.advance();
           continue;
         }

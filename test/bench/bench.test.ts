@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import test from 'ava';
-import { type BenchRow, row } from '../../bench/harness.js';
+import { type BenchRow, invalidTargets, row } from '../../bench/harness.js';
 import type { LoadResult } from '../../bench/loadgen/spec.js';
 import { describeOps, payloadBytes, schedule } from '../../bench/loadgen/spec.js';
 import { summarise } from '../../bench/profile-summary.js';
@@ -312,7 +312,8 @@ test('the chart groups rows by workload and shows every chain and the targets', 
     ['node/null-c64', { result: result(44_000, 0, 2200) }],
     ['gw-v1-p1/null-c64', { result: result(20_000, 0, 9000) }],
   ]);
-  const rows = rowsOf(['haproxy', 'node', 'gw-v1-p1'], results, 10);
+  // No idle pair in the plan (a planned one with no results would be its own rows: not met).
+  const rows = rowsOf(['haproxy', 'node', 'gw-v1-p1'], results);
   const ps = panels(rows);
   t.is(ps.length, 1, 'the p99 row is not a panel of its own');
   t.deepEqual(
@@ -639,6 +640,66 @@ test('a pass with failed calls, or none completed, is no figure: the other pass 
     t.false(by(name).met, name);
     t.regex(String(by(name).extra?.invalid), /call\(s\) failed: connection error/);
   }
+});
+
+test('a planned gateway chain with no results (it did not start) still has its target rows: not met, with a reason', (t) => {
+  const results = new Map<string, Measured>([
+    ['haproxy/null-c64', { result: result(100_000, 0, 1000) }],
+    ['haproxy/sink1m-c8', { result: result(200, 2e8, 1e5) }],
+    ['haproxy/source1m-c8', { result: result(200, 2e8, 1e5) }],
+    ['haproxy/busy', { result: result(10_000, 0, 100) }],
+    [
+      'haproxy/busy+idle',
+      { result: result(9_000, 0, 100), idleRss: { before: { hop1: 1000 }, after: { hop1: 2000 } } },
+    ],
+    ['gw-v2-p4/null-c64', { result: result(80_000, 0, 1500) }],
+    ['gw-v2-p4/sink1m-c8', { result: result(250, 2.5e8, 1e5) }],
+    ['gw-v2-p4/source1m-c8', { result: result(250, 2.5e8, 1e5) }],
+    ['gw-v2-p4/busy', { result: result(10_000, 0, 100) }],
+    [
+      'gw-v2-p4/busy+idle',
+      {
+        result: result(9_500, 0, 100),
+        idleRss: { before: { gateway: 100_000 }, after: { gateway: 100_000 + 1000 * 20 } },
+      },
+    ],
+    // gw-v1-p1: nothing at all (startChain threw).
+  ]);
+  const rows = buildRows(
+    {
+      chainIds: ['haproxy', 'gw-v2-p4', 'gw-v1-p1'],
+      seconds: 1,
+      warmup: 0,
+      idle: 1000,
+      workloadIds: ['null-c64', 'sink1m-c8', 'source1m-c8'],
+      idleRun: true,
+    },
+    results,
+  );
+  const names = [
+    'null-c64 gw-v1-p1',
+    'null-c64 p99 gw-v1-p1',
+    'sink1m-c8 gw-v1-p1',
+    'source1m-c8 gw-v1-p1',
+    'idle1000 RSS/client gw-v1-p1',
+    'busy64+idle1000 gw-v1-p1',
+  ];
+  for (const name of names) {
+    const r = rows.find((x) => x.name === name);
+    t.truthy(r, `${name} is a row`);
+    t.truthy(r?.target, `${name} has its target`);
+    t.is(r?.met, false, `${name} is not met`);
+    t.is(typeof r?.extra?.invalid, 'string', `${name} says why`);
+  }
+  // The chain that ran is unaffected.
+  for (const name of ['null-c64 gw-v2-p4', 'idle1000 RSS/client gw-v2-p4', 'busy64+idle1000 gw-v2-p4']) {
+    t.true(rowNamed(rows, name).met, name);
+    t.is(rowNamed(rows, name).extra?.invalid, undefined, name);
+  }
+  t.deepEqual(
+    invalidTargets(rows).map((r) => r.name),
+    names.slice().sort((a, b) => rows.findIndex((r) => r.name === a) - rows.findIndex((r) => r.name === b)),
+  );
 });
 
 test('a watched process that is gone at the end of the window is unknown, not a process that used no CPU', async (t) => {
