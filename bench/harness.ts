@@ -75,7 +75,35 @@ export function measureRate(fn: () => void, seconds: number, opsPerCall = 1): nu
  * a chain that did not start, failed calls, a missing baseline). An unmet target is a result, not a failure.
  */
 export function invalidTargets(rows: readonly BenchRow[]): BenchRow[] {
-  return rows.filter((r) => r.target !== undefined && r.extra?.invalid !== undefined);
+  return rows.filter(
+    (r) => r.extra?.invalid !== undefined && (r.target !== undefined || r.extra?.suiteFailed === true),
+  );
+}
+
+/**
+ * Runs `suites` in order. A suite that throws keeps the rows of the others: it becomes one row of its own
+ * (`extra.invalid`: the error, `extra.suiteFailed`), which fails the run (`invalidTargets`), and the next
+ * suite runs.
+ */
+export async function runSuites(suites: readonly Suite[], ctx: BenchContext): Promise<BenchRow[]> {
+  const rows: BenchRow[] = [];
+  for (const suite of suites) {
+    ctx.log(`[bench] ${suite.name} ...`);
+    try {
+      rows.push(...(await suite.run(ctx)));
+    } catch (err) {
+      const reason = err instanceof Error ? (err.stack ?? err.message) : String(err);
+      ctx.log(`\n[bench] ${suite.name} failed: ${reason}`);
+      rows.push({
+        suite: suite.name,
+        name: `${suite.name} (suite failed)`,
+        value: Number.NaN,
+        unit: '',
+        extra: { invalid: err instanceof Error ? err.message : String(err), suiteFailed: true },
+      });
+    }
+  }
+  return rows;
 }
 
 /** Fills in `ratio` and `met` from `baseline` and `target`. */

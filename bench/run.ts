@@ -14,7 +14,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { nativeAvailability } from '../rdma-backend/providers/native/index.js';
 import { writeFlameGraphs } from './flamegraph.js';
-import { BENCH_ENV, type BenchContext, type BenchRow, invalidTargets, type Suite, table } from './harness.js';
+import { BENCH_ENV, type BenchContext, invalidTargets, runSuites, type Suite, table } from './harness.js';
 import { BENCH_USAGE, type BenchOptions, BenchUsageError, parseBenchArgs } from './options.js';
 import { suites } from './suites/index.js';
 
@@ -64,11 +64,7 @@ async function main(): Promise<void> {
     rdma,
     loadgens,
   };
-  const rows: BenchRow[] = [];
-  for (const suite of selected) {
-    ctx.log(`[bench] ${suite.name} ...`);
-    rows.push(...(await suite.run(ctx)));
-  }
+  const rows = await runSuites(selected, ctx);
   // The environment settings that change what runs (a subset of chains or workloads, extra Node.js flags
   // for the gateway and responder), so that a diagnosis run is never mistaken for the product as shipped.
   const env = Object.fromEntries(
@@ -102,7 +98,7 @@ async function main(): Promise<void> {
   const invalid = invalidTargets(rows);
   if (invalid.length > 0) {
     process.stderr.write(
-      `bench: ${invalid.length} target(s) without a valid figure:\n${invalid.map((r) => `  ${r.suite} ${r.name}: ${String(r.extra?.invalid)}`).join('\n')}\n`,
+      `bench: ${invalid.length} target(s) or suite(s) without a valid figure:\n${invalid.map((r) => `  ${r.suite} ${r.name}: ${String(r.extra?.invalid)}`).join('\n')}\n`,
     );
     process.exitCode = 1;
   }

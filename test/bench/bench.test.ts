@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import test from 'ava';
-import { type BenchRow, invalidTargets, row } from '../../bench/harness.js';
+import { type BenchRow, invalidTargets, row, runSuites, type Suite } from '../../bench/harness.js';
 import type { LoadResult } from '../../bench/loadgen/spec.js';
 import { describeOps, payloadBytes, schedule } from '../../bench/loadgen/spec.js';
 import { summarise } from '../../bench/profile-summary.js';
@@ -718,4 +718,32 @@ test('a watched process that is gone at the end of the window is unknown, not a 
   const s2 = new ResourceSampler([{ role: 'idle', pid: alive.pid as number, group: false }], 10_000);
   await new Promise((r) => setTimeout(r, 100));
   t.is(s2.stop().idle.gone, undefined);
+});
+
+test('a suite that throws keeps the rows of the others: an error row of its own fails the run, and the next suite runs', async (t) => {
+  const logs: string[] = [];
+  const ctx = { quick: true, seconds: 0.01, log: (m: string) => logs.push(m) };
+  const ok = (name: string): Suite => ({
+    name,
+    run: async () => [row({ suite: name, name: `${name} x`, value: 1, unit: 'ops/s' })],
+  });
+  const broken: Suite = {
+    name: 'broken',
+    run: async () => {
+      throw new Error('upstream never started');
+    },
+  };
+  const rows = await runSuites([ok('first'), broken, ok('last')], ctx);
+  t.deepEqual(
+    rows.map((r) => r.suite),
+    ['first', 'broken', 'last'],
+  );
+  const failed = rows[1];
+  t.is(failed.extra?.invalid, 'upstream never started');
+  t.deepEqual(
+    invalidTargets(rows).map((r) => r.suite),
+    ['broken'],
+    'the failed suite fails the run',
+  );
+  t.true(logs.some((l) => l.includes('broken failed')));
 });
