@@ -80,18 +80,44 @@ export class BenchWorld {
     const proc = await ManagedProcess.start({ name, command, args, logPath, stopGraceMs: 8000 });
     this.processes.push(proc);
     const deadline = Date.now() + timeoutMs;
-    while (proc.running) {
-      if (await ready(proc)) return proc;
-      if (Date.now() > deadline)
-        throw new Error(`${name} not ready after ${timeoutMs} ms\n${proc.logTails(15)}`);
-      await sleep(50);
+    try {
+      while (proc.running) {
+        if (await ready(proc)) return proc;
+        if (Date.now() > deadline)
+          throw new Error(`${name} not ready after ${timeoutMs} ms\n${proc.logTails(15)}`);
+        await sleep(50);
+      }
+      throw new Error(`${name} exited before it was ready\n${proc.logTails(15)}`);
+    } catch (err) {
+      // A process that never became ready is stopped now: left running, it would share the CPUs with
+      // every later measurement of the run.
+      await this.stopAll([proc]);
+      throw err;
     }
-    throw new Error(`${name} exited before it was ready\n${proc.logTails(15)}`);
+  }
+
+  /**
+   * Starts processes in order with `start` (each a `this.start`); when one fails, the ones already
+   * started are stopped (in reverse order) before the error is thrown: a chain is started whole or not
+   * at all.
+   */
+  async startAll(starts: readonly (() => Promise<ManagedProcess>)[]): Promise<ManagedProcess[]> {
+    const procs: ManagedProcess[] = [];
+    try {
+      for (const start of starts) procs.push(await start());
+      return procs;
+    } catch (err) {
+      for (const p of [...procs].reverse()) await this.stopAll([p]);
+      throw err;
+    }
   }
 
   async stopAll(procs: readonly ManagedProcess[]): Promise<void> {
     await Promise.all(procs.map((p) => p.stop()));
-    for (const p of procs) this.processes.splice(this.processes.indexOf(p), 1);
+    for (const p of procs) {
+      const i = this.processes.indexOf(p);
+      if (i >= 0) this.processes.splice(i, 1);
+    }
   }
 
   async close(): Promise<void> {
@@ -239,17 +265,20 @@ export async function relayChain(
 ): Promise<Chain> {
   const r = RELAYS[relay];
   const [p1, p2] = await freePorts(2);
-  const procs: ManagedProcess[] = [];
-  for (const [listen, next, name] of [
-    [p2, upstream, `${relay}2`],
-    [p1, { host: '127.0.0.1', port: p2 }, `${relay}1`],
-  ] as const) {
-    procs.push(
-      await world.start(name, r.command, r.args(listen, next, world, name), () =>
-        answersNull('127.0.0.1', listen, probe.program, probe.version),
-      ),
-    );
-  }
+  const procs = await world.startAll(
+    (
+      [
+        [p2, upstream, `${relay}2`],
+        [p1, { host: '127.0.0.1', port: p2 }, `${relay}1`],
+      ] as const
+    ).map(
+      ([listen, next, name]) =>
+        () =>
+          world.start(name, r.command, r.args(listen, next, world, name), () =>
+            answersNull('127.0.0.1', listen, probe.program, probe.version),
+          ),
+    ),
+  );
   return {
     id: relay,
     label: r.label,
@@ -309,37 +338,41 @@ export async function gatewayChain(
   const rdma = o.rdma ?? SOFT_LOOPBACK;
   const [responderPort, frontendPort] = await freePorts(2);
   const rdmaEndpoint = formatHostPort(rdma.address, responderPort);
-  const responder = await world.start(
-    'responder',
-    process.execPath,
-    [
-      ...nodeArgs(o.profileDir, `responder-${gatewayId(o)}`),
-      CLI,
-      'responder',
-      '--upstream',
-      `${upstream.host}:${upstream.port}`,
-      '--responder-listen',
-      rdmaEndpoint,
-      '--admin-listen',
-      'off',
-      // Ready when it says so ('responder listening', an info line): a native listener is an rdma_cm
-      // id, not a TCP socket a probe could connect to.
-      '--log-level',
-      'info',
-      ...processArgs(rdma.provider),
-    ],
-    async (proc) => readFileSync(proc.spec.logPath, 'utf8').includes('"msg":"responder listening"'),
-  );
-  const gateway = await world.start(
-    'gateway',
-    process.execPath,
-    [
-      ...nodeArgs(o.profileDir, `gateway-${gatewayId(o)}`),
-      CLI,
-      ...gatewayArgs(rdmaEndpoint, frontendPort, o, rdma.provider),
-    ],
-    () => answersNull('127.0.0.1', frontendPort, probe.program, probe.version),
-  );
+  const [responder, gateway] = await world.startAll([
+    () =>
+      world.start(
+        'responder',
+        process.execPath,
+        [
+          ...nodeArgs(o.profileDir, `responder-${gatewayId(o)}`),
+          CLI,
+          'responder',
+          '--upstream',
+          `${upstream.host}:${upstream.port}`,
+          '--responder-listen',
+          rdmaEndpoint,
+          '--admin-listen',
+          'off',
+          // Ready when it says so ('responder listening', an info line): a native listener is an rdma_cm
+          // id, not a TCP socket a probe could connect to.
+          '--log-level',
+          'info',
+          ...processArgs(rdma.provider),
+        ],
+        async (proc) => readFileSync(proc.spec.logPath, 'utf8').includes('"msg":"responder listening"'),
+      ),
+    () =>
+      world.start(
+        'gateway',
+        process.execPath,
+        [
+          ...nodeArgs(o.profileDir, `gateway-${gatewayId(o)}`),
+          CLI,
+          ...gatewayArgs(rdmaEndpoint, frontendPort, o, rdma.provider),
+        ],
+        () => answersNull('127.0.0.1', frontendPort, probe.program, probe.version),
+      ),
+  ]);
   return {
     id: gatewayId(o),
     label: `gateway V${o.protocolVersion} pool ${o.poolSize} → ${rdma.provider === 'soft' ? 'soft iWARP' : `native verbs (${rdma.address})`} → responder`,

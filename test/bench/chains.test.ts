@@ -14,6 +14,7 @@ import { benchTempDir } from '../../bench/scenarios/temp.js';
 import { TEST_PROGRAM, TEST_VERSION } from '../../gateway/test-program/constants.js';
 import { serveTestProgram, type TestProgramServer } from '../../gateway/test-program/server.js';
 import { nativeAvailability } from '../../rdma-backend/providers/native/index.js';
+import type { ManagedProcess } from '../interop/harness/processes.js';
 import { answersNull } from '../interop/harness/rpc-ping.js';
 
 const PROBE = { program: TEST_PROGRAM, version: TEST_VERSION };
@@ -126,4 +127,41 @@ noNative('a native gateway chain without a usable provider fails to start, namin
     // The responder's own words (its first line: the message may wrap in the log).
     t.true(e!.message.includes(native.message.split('\n')[0]), e!.message);
   });
+});
+
+test('a process that never becomes ready is stopped, and so are the ones its chain started before it', async (t) => {
+  const world = new BenchWorld(benchTempDir('half-started'));
+  const idle = ['-e', 'setInterval(() => {}, 1000)'];
+  const seen: ManagedProcess[] = [];
+  try {
+    await t.throwsAsync(
+      world.start(
+        'never',
+        process.execPath,
+        idle,
+        async (p) => {
+          seen.push(p);
+          return false;
+        },
+        300,
+      ),
+      { message: /never not ready after 300 ms/ },
+    );
+    t.false(seen[0].running, 'the process that timed out is stopped');
+    let first: ManagedProcess | undefined;
+    await t.throwsAsync(
+      world.startAll([
+        async () => {
+          first = await world.start('first', process.execPath, idle, async () => true);
+          return first;
+        },
+        () => world.start('second', process.execPath, idle, async () => false, 300),
+      ]),
+      { message: /second not ready/ },
+    );
+    t.truthy(first);
+    t.false(first?.running, 'the chain’s process started before the failed one is stopped');
+  } finally {
+    await world.close();
+  }
 });
