@@ -126,6 +126,25 @@ function fmt(n: number): string {
   return n.toFixed(n >= 100 ? 0 : 2);
 }
 
+/**
+ * Why a row is no figure (`extra.invalid`: failed calls, a chain that did not start, a suite that threw),
+ * on one line and short enough for a table cell; undefined for a valid row.
+ */
+export function invalidNote(r: BenchRow, max = 100): string | undefined {
+  const why = r.extra?.invalid;
+  if (why === undefined) return undefined;
+  const line = String(why).split('\n')[0].trim();
+  return line.length > max ? `${line.slice(0, max - 1)}…` : line;
+}
+
+/** The `met` column: met / NOT MET, and for a row that is no figure, `INVALID` with the reason. */
+export function verdict(r: BenchRow, notMet = 'NOT MET'): string {
+  const met = r.met === undefined ? '' : r.met ? 'met' : notMet;
+  const why = invalidNote(r);
+  if (why === undefined) return met;
+  return `${met === '' ? '' : `${met} `}INVALID: ${why}`;
+}
+
 export function table(rows: BenchRow[]): string {
   const head = ['suite', 'benchmark', 'value', 'unit', 'baseline', 'ratio', 'target', 'met'];
   const body = rows.map((r) => [
@@ -136,7 +155,7 @@ export function table(rows: BenchRow[]): string {
     r.baseline ? `${r.baseline.name} ${fmt(r.baseline.value)}` : '',
     r.ratio !== undefined ? r.ratio.toFixed(2) : '',
     r.target ? `${r.target.of} ${r.target.op} ${r.target.value}` : '',
-    r.met === undefined ? '' : r.met ? 'met' : 'NOT MET',
+    verdict(r),
   ]);
   const widths = head.map((h, i) => Math.max(h.length, ...body.map((b) => b[i].length)));
   const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i])).join('  ');

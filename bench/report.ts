@@ -9,7 +9,7 @@ import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { BenchRow } from './harness.js';
+import { type BenchRow, verdict } from './harness.js';
 import type { LatencySummary } from './loadgen/spec.js';
 import type { BenchRdma } from './options.js';
 
@@ -267,7 +267,7 @@ export function renderMarkdown(result: ResultFile): string {
   ];
   for (const r of result.rows) {
     lines.push(
-      `| ${r.suite} | ${r.name} | ${cell(r.value)} | ${r.unit} | ${r.baseline ? `${r.baseline.name} ${cell(r.baseline.value)}` : ''} | ${r.ratio !== undefined ? r.ratio.toFixed(2) : ''} | ${r.target ? `${r.target.of} ${r.target.op} ${r.target.value}` : ''} | ${r.met === undefined ? '' : r.met ? 'met' : '**NOT MET**'} |`,
+      `| ${r.suite} | ${r.name} | ${cell(r.value)} | ${r.unit} | ${r.baseline ? `${r.baseline.name} ${cell(r.baseline.value)}` : ''} | ${r.ratio !== undefined ? r.ratio.toFixed(2) : ''} | ${r.target ? `${r.target.of} ${r.target.op} ${r.target.value}` : ''} | ${verdict(r, '**NOT MET**').replace(/\|/g, '\\|')} |`,
     );
   }
   // Files written before the figures covered only the measured window (c7af1b1; their rows have no

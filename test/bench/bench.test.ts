@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import test from 'ava';
-import { type BenchRow, invalidTargets, row, runSuites, type Suite } from '../../bench/harness.js';
+import { type BenchRow, invalidTargets, row, runSuites, type Suite, table } from '../../bench/harness.js';
 import type { LoadResult } from '../../bench/loadgen/spec.js';
 import { describeOps, payloadBytes, schedule } from '../../bench/loadgen/spec.js';
 import { summarise } from '../../bench/profile-summary.js';
@@ -746,4 +746,30 @@ test('a suite that throws keeps the rows of the others: an error row of its own 
     'the failed suite fails the run',
   );
   t.true(logs.some((l) => l.includes('broken failed')));
+});
+
+test('a row with failed calls, even one without a target, shows as invalid with its reason in the table and the Markdown', (t) => {
+  const failed: LoadResult = {
+    ...result(90_000, 0, 800),
+    errors: 3,
+    firstError: 'connection error: read ECONNRESET',
+  };
+  const results = new Map<string, Measured>([
+    ['direct/null-c1', { result: result(40_000, 0, 50) }],
+    ['haproxy/null-c1', { result: result(20_000, 0, 100) }],
+    ['node/null-c1', { result: failed }],
+    ['haproxy/null-c64', { result: result(100_000, 0, 1000) }],
+    ['gw-v2-p4/null-c64', { result: failed }],
+  ]);
+  const rows = rowsOf(['direct', 'haproxy', 'node', 'gw-v2-p4'], results);
+  const untargeted = rowNamed(rows, 'null-c1 node');
+  t.is(untargeted.target, undefined);
+  const text = table(rows);
+  const line = (name: string) => text.split('\n').find((l) => l.includes(name)) ?? '';
+  t.regex(line('null-c1 node'), /INVALID: 3 call\(s\) failed: connection error: read ECONNRESET/);
+  t.regex(line('null-c64 gw-v2-p4 '), /NOT MET INVALID: 3 call\(s\) failed/);
+  t.notRegex(line('null-c1 haproxy'), /INVALID/);
+  const md = renderMarkdown(resultFile(rows)).split('\n');
+  t.regex(md.find((l) => l.includes('| null-c1 node |')) ?? '', /INVALID: 3 call\(s\) failed/);
+  t.regex(md.find((l) => l.includes('| null-c64 gw-v2-p4 |')) ?? '', /\*\*NOT MET\*\* INVALID: 3 call/);
 });
