@@ -137,7 +137,9 @@ function runCampaign(name: string, cases: number): Promise<RoundResult> {
     const sampler = setInterval(() => {
       maxRssKiB = Math.max(maxRssKiB, treeRssKiB(child.pid ?? 0));
     }, 250);
-    child.on('exit', (code) => {
+    // 'close', not 'exit': only then has all of the child's output been read (the seeds and the chain
+    // figures are parsed from it).
+    child.on('close', (code) => {
       clearInterval(sampler);
       const seeds = failingSeeds(text);
       if (code !== 0) process.stderr.write(text);
