@@ -62,6 +62,37 @@ async function rawResponder(answer: Buffer) {
   };
 }
 
+/**
+ * The active side of a connection to a raw responder that answers `answer` (`rawResponder`); the
+ * connection and the responder are destroyed when the test ends.
+ */
+async function activeTo(
+  t: import('ava').ExecutionContext,
+  answer: Buffer,
+  options: SoftProviderOptions = {},
+) {
+  const responder = await rawResponder(answer);
+  const dev = await createSoftProvider(options).openDevice();
+  const pd = dev.allocPd();
+  const cq = dev.createCq(16);
+  const events = new EventLog();
+  const conn = dev.connect({
+    host: '127.0.0.1',
+    port: responder.port,
+    pd,
+    sendCq: cq,
+    recvCq: cq,
+    cap: CAP,
+    timeoutMs: 10_000,
+    onEvent: events.handler,
+  });
+  t.teardown(() => {
+    conn.destroy();
+    responder.close();
+  });
+  return events;
+}
+
 const names = (events: EventLog) => events.events.map((e) => cmEventName(e.type));
 
 test('passive side: a bad FPDU in the same write as the MPA request gives ESTABLISHED, then DISCONNECTED', async (t) => {
@@ -84,20 +115,7 @@ test('passive side: a bad FPDU in the same write as the MPA request gives ESTABL
 });
 
 test('active side: a bad FPDU in the same write as the MPA reply gives ESTABLISHED, then DISCONNECTED', async (t) => {
-  const responder = await rawResponder(Buffer.concat([mpaReply({ revision: 1 }), BAD_FPDU]));
-  const dev = await createSoftProvider({ mpaRevision: 1 }).openDevice();
-  const pd = dev.allocPd();
-  const cq = dev.createCq(16);
-  const events = new EventLog();
-  const conn = dev.connect({
-    host: '127.0.0.1',
-    port: responder.port,
-    pd,
-    sendCq: cq,
-    recvCq: cq,
-    cap: CAP,
-    onEvent: events.handler,
-  });
+  const events = await activeTo(t, Buffer.concat([mpaReply({ revision: 1 }), BAD_FPDU]), { mpaRevision: 1 });
   const ev = await events.wait(CmEventType.DISCONNECTED);
   t.deepEqual(
     names(events),
@@ -105,8 +123,6 @@ test('active side: a bad FPDU in the same write as the MPA reply gives ESTABLISH
     'ESTABLISHED first, once each',
   );
   t.like(ev.terminate, { local: true, layer: 2, type: 0, code: 3 });
-  conn.destroy();
-  responder.close();
 });
 
 /** An MPA frame header (20 bytes) whose Private Data Length says 600, over RFC 5044 §7.1's 512. */
@@ -118,25 +134,7 @@ function oversized(frame: Buffer): Buffer {
 
 test('active side: an MPA reply header announcing 600 bytes of private data fails the connect at once', async (t) => {
   // Nothing follows the header: waiting for 600 bytes would end only with the connect timeout.
-  const responder = await rawResponder(oversized(mpaReply({ revision: 1 })));
-  const dev = await createSoftProvider().openDevice();
-  const pd = dev.allocPd();
-  const cq = dev.createCq(16);
-  const events = new EventLog();
-  const conn = dev.connect({
-    host: '127.0.0.1',
-    port: responder.port,
-    pd,
-    sendCq: cq,
-    recvCq: cq,
-    cap: CAP,
-    timeoutMs: 10_000,
-    onEvent: events.handler,
-  });
-  t.teardown(() => {
-    conn.destroy();
-    responder.close();
-  });
+  const events = await activeTo(t, oversized(mpaReply({ revision: 1 })));
   const ev = await events.wait(CmEventType.CONNECT_ERROR, 4000);
   t.like(ev.error, { code: 'MPA_INVALID_FRAME', details: { pdLen: 600, max: 512 } }, 'the reason, typed');
   t.deepEqual(names(events), ['RDMA_CM_EVENT_CONNECT_ERROR'], 'nothing else');
