@@ -57,6 +57,8 @@ export interface GatewayOptions {
   embeddedGrant?: number;
   /** The router's hold-time sweep period (default 250 ms); tests lengthen it to prove nothing waits on it. */
   routerTickMs?: number;
+  /** How long a pinned retransmission waits for its connection's credit (default 1000 ms); tests lengthen it. */
+  routerPinWaitMs?: number;
   /** How long a relayed callback waits for its client (default 30 s); tests shorten it. */
   callbackTimeoutMs?: number;
 }
@@ -218,6 +220,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     recordPool,
     holdTimeMs: config.rdma.holdTimeMs,
     tickMs: o.routerTickMs,
+    pinWaitMs: o.routerPinWaitMs,
     callbackTimeoutMs: o.callbackTimeoutMs,
     maxReplyBytes: config.frontend.maxReplyBytes,
     resumeWindowMs: config.frontend.resumeWindowMs,

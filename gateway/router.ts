@@ -76,8 +76,8 @@ import { UlbOutcome } from './ulb/types.js';
 
 const EMPTY = Buffer.alloc(0);
 
-/** How long a pinned retransmission (router/departed.ts) waits for its connection's credit at most, ms. */
-const PIN_WAIT_MS = 1000;
+/** Default of `RouterOptions.pinWaitMs`. */
+const DEFAULT_PIN_WAIT_MS = 1000;
 
 /**
  * What `decodeCall` made of a CALL record: its header decoded (in `Router.header`); not decoded but
@@ -128,6 +128,12 @@ export interface RouterOptions {
   resumeWindowMs?: number;
   /** Reply bytes held for departed clients, all together. Default 16 MiB. */
   resumeMaxBytes?: number;
+  /**
+   * How long a pinned retransmission (router/departed.ts) waits for its connection's credit at most, from
+   * its first miss: then it goes on any connection (and may run again at the server). Default 1000 ms.
+   * Tests lengthen it to tell "at once" from "after the wait" with a wide margin.
+   */
+  pinWaitMs?: number;
   /**
    * The router's clock, in milliseconds (monotonic). Default: `performance.now()` read once per
    * synchronous run (`turnNow`, common/turn-clock.ts). Tests that move time by hand give their own.
@@ -237,6 +243,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
   readonly maxReplyBytes: number;
   private readonly unknownReplyBytes: number;
   private readonly tickMs: number;
+  private readonly pinWaitMs: number;
   private readonly registry: UlbRegistry;
   private readonly header = new RpcCallHeader();
   private readonly records: CallRecordPool;
@@ -293,6 +300,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
     this.maxReplyBytes = options.maxReplyBytes ?? DEFAULT_MAX_REPLY_BYTES;
     this.unknownReplyBytes = options.unknownReplyBytes ?? DEFAULT_UNKNOWN_REPLY_BYTES;
     this.tickMs = options.tickMs ?? 250;
+    this.pinWaitMs = options.pinWaitMs ?? DEFAULT_PIN_WAIT_MS;
     this.recordPool = options.recordPool;
     this.clock = options.clock ?? turnNow;
     this.backchannel = new BackchannelRelay(
@@ -432,7 +440,7 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       // Its claim on the connection's next credit starts now: calls ahead of it in the ring must not
       // take that credit before its turn comes (`pick`, `takes`).
       r.pinWaitSince = now;
-      pinLink.pinClaimUntil = Math.max(pinLink.pinClaimUntil, now + PIN_WAIT_MS);
+      pinLink.pinClaimUntil = Math.max(pinLink.pinClaimUntil, now + this.pinWaitMs);
     } else if (pinXid !== 0 && r.session === null && !r.gss) {
       // Its connection is gone (and the server's cache with it, for this gateway): it goes anywhere.
       this.stats.resumedUnpinned++;
@@ -832,12 +840,12 @@ export class Router implements FrontendHandler, RequesterHandler<CallRecord> {
       }
       if (r.pinned !== l) return null; // a session's call waits for its connection
       // A pinned retransmission claims its connection's next credit (no other call takes it), for
-      // PIN_WAIT_MS from its first miss at most: then it goes anywhere (and may run again at the server)
+      // `pinWaitMs` from its first miss at most: then it goes anywhere (and may run again at the server)
       // rather than hold its client until the hold time while other connections are free.
       const now = this.clock();
-      if (now - r.pinWaitSince <= PIN_WAIT_MS) {
+      if (now - r.pinWaitSince <= this.pinWaitMs) {
         // Bounded in time by itself: a claimant its client holds back (reply room) blocks no one long.
-        l.pinClaimUntil = Math.max(l.pinClaimUntil, r.pinWaitSince + PIN_WAIT_MS);
+        l.pinClaimUntil = Math.max(l.pinClaimUntil, r.pinWaitSince + this.pinWaitMs);
         return null;
       }
       this.unpin(r);
