@@ -6,7 +6,7 @@
 import { once } from 'node:events';
 import { type AddressInfo, connect, createServer } from 'node:net';
 import test, { type ExecutionContext } from 'ava';
-import { defaultRegistry, type Gateway, transportOptions } from '../../gateway/gateway.js';
+import { defaultRegistry, type Gateway, startGateway, transportOptions } from '../../gateway/gateway.js';
 import { Responder } from '../../gateway/responder.js';
 import { encodeOpaqueParts } from '../../gateway/test-program/codec.js';
 import { TEST_PROGRAM, TEST_VERSION, TestProc } from '../../gateway/test-program/constants.js';
@@ -640,11 +640,17 @@ test('a clean close keeps the calls answered in its last seconds, for a reply th
 
 /**
  * A gateway on two rogue RDMA connections of one credit each; a client's call `xid` ('remove') answered on
- * one of them (`pinned`), then the client's connection reset (its departure recorded).
+ * one of them (`pinned`), then the client's connection reset (its departure recorded). `pinWaitMs`: the
+ * router's wait of a pinned retransmission for its connection's credit (default: the router's, 1 s).
  */
-async function answeredThenLost(t: ExecutionContext, xid: number) {
+async function answeredThenLost(t: ExecutionContext, xid: number, pinWaitMs?: number) {
   const rogue = await RoguePeer.listenMany(plainPrivateData());
-  const g = await startTestGateway({ poolSize: 2, peer: { host: '127.0.0.1', port: rogue.port } });
+  // startTestGateway's, with the router's pin wait.
+  const g = await startGateway({
+    config: testConfig({ poolSize: 2, peer: { host: '127.0.0.1', port: rogue.port } }),
+    backoff: { initialMs: 50, maxMs: 500 },
+    routerPinWaitMs: pinWaitMs,
+  });
   t.teardown(async () => {
     await g.stop(0);
     for (const p of rogue.peers) p.close();
@@ -668,9 +674,17 @@ async function answeredThenLost(t: ExecutionContext, xid: number) {
   return { g, rogue, port, pinned, first };
 }
 
+/**
+ * A pin wait far beyond what a loaded machine adds to a test's round trips: a resend that must take its own
+ * connection's credit is not sent elsewhere because the test was slow, and "at once" (AT_ONCE_MS) cannot be
+ * mistaken for "after the wait".
+ */
+const LONG_PIN_WAIT_MS = 5000;
+const AT_ONCE_MS = 2500;
+
 test("a resend under its first gateway XID takes its connection's next credit, ahead of the calls queued before it", async (t) => {
   // Two RDMA connections of one credit each, both busy with other clients' calls.
-  const { g, rogue, port, pinned, first } = await answeredThenLost(t, 0x51);
+  const { g, rogue, port, pinned, first } = await answeredThenLost(t, 0x51, LONG_PIN_WAIT_MS);
   const busyPorts = await freePorts(3);
   for (const bp of busyPorts) {
     const c = await clientFrom(t, g, bp);
@@ -695,8 +709,8 @@ test("a resend under its first gateway XID takes its connection's next credit, a
  * `answeredThenLost`, then another client's calls take both connections' credits: the pinned one's is
  * never given back, the other's is (answered), so that connection is free again.
  */
-async function pinnedConnectionBusy(t: ExecutionContext, xid: number) {
-  const lost = await answeredThenLost(t, xid);
+async function pinnedConnectionBusy(t: ExecutionContext, xid: number, pinWaitMs?: number) {
+  const lost = await answeredThenLost(t, xid, pinWaitMs);
   const { g, rogue, pinned } = lost;
   const other = rogue.peers.find((p) => p !== pinned) as RoguePeer;
   const [busyPort] = await freePorts(1);
@@ -722,7 +736,7 @@ test('a resend whose connection has no credit for a second goes on another one (
 });
 
 test('a resend whose connection is gone goes on another one at once (resumed_unpinned)', async (t) => {
-  const { g, rogue, port, pinned, first } = await answeredThenLost(t, 0x53);
+  const { g, rogue, port, pinned, first } = await answeredThenLost(t, 0x53, LONG_PIN_WAIT_MS);
   const other = rogue.peers.find((p) => p !== pinned) as RoguePeer;
   pinned.close();
   await waitFor(() => g.pool.connections().filter((c) => c.state === 'ready').length === 1, 'one left');
@@ -731,7 +745,7 @@ test('a resend whose connection is gone goes on another one at once (resumed_unp
   b.sock.write(echo(0x53, 'remove'));
   const moved = await callAt(other, 1);
   t.true(moved.includes(Buffer.from('remove')), 'the resend, on the other connection');
-  t.true(Date.now() - sentAt < 900, `without waiting for its own (${Date.now() - sentAt} ms)`);
+  t.true(Date.now() - sentAt < AT_ONCE_MS, `without waiting for its own (${Date.now() - sentAt} ms)`);
   t.not(moved.readUInt32BE(0), first.readUInt32BE(0), 'under a new gateway XID');
   t.like(g.router.snapshot(), { resumedSent: 1, resumedUnpinned: 1 });
   answer(other, moved, 1);
@@ -740,7 +754,7 @@ test('a resend whose connection is gone goes on another one at once (resumed_unp
 });
 
 test('a resend waiting for a credit on its connection goes on another one as soon as that connection is lost', async (t) => {
-  const { g, port, pinned, other } = await pinnedConnectionBusy(t, 0x54);
+  const { g, port, pinned, other } = await pinnedConnectionBusy(t, 0x54, LONG_PIN_WAIT_MS);
   const b = await clientFrom(t, g, port);
   b.sock.write(echo(0x54, 'remove'));
   await waitFor(() => g.router.stats.resumedSent === 1, 'the resend matched, waiting for its credit');
@@ -755,7 +769,7 @@ test('a resend waiting for a credit on its connection goes on another one as soo
     if (m.includes(Buffer.from('remove'))) break;
     answer(other, m, 1);
   }
-  t.true(Date.now() - lostAt < 900, `at once, not after its wait (${Date.now() - lostAt} ms)`);
+  t.true(Date.now() - lostAt < AT_ONCE_MS, `at once, not after its wait (${Date.now() - lostAt} ms)`);
   t.is(g.router.stats.resumedUnpinned, 1);
 });
 
