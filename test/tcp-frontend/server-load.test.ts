@@ -120,7 +120,9 @@ test('a client that never reads its replies blocks only itself, and the server b
   const started = Date.now();
   await Promise.all(others.map((c, i) => Promise.all([c.echo(randomBytes(1000 + i)), c.source(100_000, i)])));
   const ms = Date.now() - started;
-  t.true(ms < 3000, `others answered in ${ms} ms`);
+  // Starved behind the hog, they would never be answered (its replies are never read): the bound only
+  // keeps that from running to the test timeout, with room for a loaded machine.
+  t.true(ms < 15_000, `others answered in ${ms} ms`);
   await new Promise((r) => setTimeout(r, 100));
   // Dispatching stops once the socket stops draining: only a few of the 200 replies were produced.
   t.true(
