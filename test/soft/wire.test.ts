@@ -48,6 +48,7 @@ import {
   crc32c as oracleCrc,
   parseFpdus,
 } from '../helpers/iwarp-frames.js';
+import { inCI } from '../helpers/peers.js';
 import { CqWatcher, EventLog } from '../verbs/harness.js';
 
 test('CRC32c check value, little-endian on the wire, chaining and native = software', (t) => {
@@ -152,48 +153,59 @@ test('the CRC32c addon serves where it is built, and equals the software CRC acr
   }
 });
 
-test('the CRC32c addon refuses a range outside its bytes and a non-Uint8Array with typed errors', (t) => {
-  if (!existsSync(ADDON)) {
-    if (process.env.CI) return t.fail(`the CRC32c addon is not built (${ADDON})`);
-    t.log('!!! the CRC32c addon is not built: its argument checks are NOT tested here');
-    return t.pass();
-  }
-  const m = createRequire(import.meta.url)(ADDON) as {
-    crc32c: (b: unknown, start: number, end: number, prev: number) => number;
-  };
-  const b = Buffer.alloc(64);
-  t.throws(() => m.crc32c(b, 10, 5, 0), { instanceOf: RangeError, code: 'ERR_CRC32C_RANGE' });
-  t.throws(() => m.crc32c(b, 0, 65, 0), { instanceOf: RangeError, code: 'ERR_CRC32C_RANGE' });
-  t.throws(() => m.crc32c(new Uint16Array(4), 0, 2, 0), { instanceOf: TypeError, code: 'ERR_CRC32C_ARGS' });
-  t.is(m.crc32c(b.subarray(8), 0, 56, 0), crc32cSoftware(b, 8, 64, 0), 'a view: its own offset is honoured');
-});
+// npm install builds the addon wherever a C compiler exists; CI always has one, so there a missing addon
+// fails these tests; elsewhere they are skipped, loudly.
+const addonBuilt = existsSync(ADDON);
+if (!addonBuilt && !inCI)
+  process.stderr.write(
+    `\n!!! the CRC32c addon is not built (${ADDON}): its argument checks and three-lane path tests are SKIPPED, not passed.\n` +
+      '!!! Install build-essential python3 (scripts/install-system-deps.sh) and run `npm run build:native`.\n\n',
+  );
+const testWithAddon = addonBuilt || inCI ? test : test.skip;
 
-test('the three-lane path agrees with the software CRC too, where the fold would serve', async (t) => {
-  if (!existsSync(ADDON)) {
-    // npm install builds it wherever a C compiler exists; CI always has one.
-    if (process.env.CI) return t.fail(`the CRC32c addon is not built (${ADDON})`);
-    t.log('!!! the CRC32c addon is not built: its three-lane path is NOT tested here');
-    return t.pass();
-  }
-  // A child process, since the addon picks its path once at load time.
-  const script = `
+testWithAddon(
+  'the CRC32c addon refuses a range outside its bytes and a non-Uint8Array with typed errors',
+  (t) => {
+    t.true(existsSync(ADDON), `the CRC32c addon is built (${ADDON}; npm run build:native)`);
+    const m = createRequire(import.meta.url)(ADDON) as {
+      crc32c: (b: unknown, start: number, end: number, prev: number) => number;
+    };
+    const b = Buffer.alloc(64);
+    t.throws(() => m.crc32c(b, 10, 5, 0), { instanceOf: RangeError, code: 'ERR_CRC32C_RANGE' });
+    t.throws(() => m.crc32c(b, 0, 65, 0), { instanceOf: RangeError, code: 'ERR_CRC32C_RANGE' });
+    t.throws(() => m.crc32c(new Uint16Array(4), 0, 2, 0), { instanceOf: TypeError, code: 'ERR_CRC32C_ARGS' });
+    t.is(
+      m.crc32c(b.subarray(8), 0, 56, 0),
+      crc32cSoftware(b, 8, 64, 0),
+      'a view: its own offset is honoured',
+    );
+  },
+);
+
+testWithAddon(
+  'the three-lane path agrees with the software CRC too, where the fold would serve',
+  async (t) => {
+    t.true(existsSync(ADDON), `the CRC32c addon is built (${ADDON}; npm run build:native)`);
+    // A child process, since the addon picks its path once at load time.
+    const script = `
     const m = require(${JSON.stringify(ADDON)});
     const b = Buffer.alloc(100000); for (let i = 0; i < b.length; i++) b[i] = (i * 131 + 17) & 0xff;
     const out = [m.method];
     for (const n of [512, 769, 24577, 65504, 99990]) out.push(m.crc32c(b, 3, 3 + n, 0xabcdef));
     console.log(JSON.stringify(out));`;
-  const { stdout } = await execFileAsync(process.execPath, ['-e', script], {
-    env: { ...process.env, RPCRDMA_CRC32C_METHOD: 'sse42' },
-  });
-  const [method, ...crcs] = JSON.parse(stdout) as [string, ...number[]];
-  t.not(method, 'avx512-fold', 'RPCRDMA_CRC32C_METHOD=sse42 keeps the three-lane path');
-  const b = Buffer.alloc(100000);
-  for (let i = 0; i < b.length; i++) b[i] = (i * 131 + 17) & 0xff;
-  t.deepEqual(
-    crcs,
-    [512, 769, 24577, 65504, 99990].map((n) => crc32cSoftware(b, 3, 3 + n, 0xabcdef)),
-  );
-});
+    const { stdout } = await execFileAsync(process.execPath, ['-e', script], {
+      env: { ...process.env, RPCRDMA_CRC32C_METHOD: 'sse42' },
+    });
+    const [method, ...crcs] = JSON.parse(stdout) as [string, ...number[]];
+    t.not(method, 'avx512-fold', 'RPCRDMA_CRC32C_METHOD=sse42 keeps the three-lane path');
+    const b = Buffer.alloc(100000);
+    for (let i = 0; i < b.length; i++) b[i] = (i * 131 + 17) & 0xff;
+    t.deepEqual(
+      crcs,
+      [512, 769, 24577, 65504, 99990].map((n) => crc32cSoftware(b, 3, 3 + n, 0xabcdef)),
+    );
+  },
+);
 
 test('MPA frames round-trip; IRD/ORD words are stripped; 512-byte limit enforced', (t) => {
   const pd = Buffer.alloc(508, 7);
