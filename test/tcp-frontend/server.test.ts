@@ -1,4 +1,5 @@
-import test from 'ava';
+import net from 'node:net';
+import test, { type ExecutionContext } from 'ava';
 import { BufferPool } from '../../common/buffer-pool.js';
 import { AcceptStat } from '../../rpc/constants.js';
 import { encodeAcceptedReply, peekXid } from '../../rpc/message.js';
@@ -12,8 +13,24 @@ import {
   type FrontendServerOptions,
 } from '../../tcp-frontend/server.js';
 import { captureLogger, closed, connectRaw, framedCall, waitFor } from '../gateway/helpers.js';
+import { inCI } from '../helpers/peers.js';
 
 const PROG = 0x2000_0001;
+
+/** Whether this machine has an IPv6 loopback, probed with a plain node:net server (not the product's). */
+async function hasIpv6Loopback(): Promise<boolean> {
+  return new Promise((resolve) => {
+    const probe = net.createServer();
+    probe.once('error', () => resolve(false));
+    probe.listen(0, '::1', () => probe.close(() => resolve(true)));
+  });
+}
+const v6 = await hasIpv6Loopback();
+if (!v6 && !inCI)
+  process.stderr.write(
+    '\n!!! no IPv6 loopback (::1) on this machine: the IPv6 listener test is SKIPPED, not passed.\n' +
+      '!!! CI has one and runs it.\n\n',
+  );
 
 /** Answers SUCCESS with no results, at once (`auto`) or when the test says so. */
 class HoldingHandler implements FrontendHandler {
@@ -369,32 +386,38 @@ test('a handler that throws closes only its connection', async (t) => {
   await server.close();
 });
 
-test('listens on several addresses, IPv4 and IPv6', async (t) => {
+async function servesOn(t: ExecutionContext, listen: { host: string; port: number }[]): Promise<void> {
   const h = new HoldingHandler();
   h.auto = true;
-  const listen = [
+  const server = new FrontendServer({ listen, handler: h });
+  try {
+    const bound = await server.listen();
+    t.is(bound.length, listen.length);
+    for (const a of bound) {
+      const c = await RpcClient.connect({ host: a.host, port: a.port });
+      t.is((await c.call(PROG, 1, 0)).acceptStat, AcceptStat.SUCCESS, `via ${a.host}`);
+      await c.close();
+    }
+  } finally {
+    await server.close();
+  }
+}
+
+test('listens on several IPv4 addresses', async (t) => {
+  await servesOn(t, [
     { host: '127.0.0.1', port: 0 },
     { host: '127.0.0.2', port: 0 },
-  ];
-  let v6 = true;
-  try {
-    const probe = new FrontendServer({ listen: [{ host: '::1', port: 0 }], handler: h });
-    await probe.listen();
-    await probe.close();
-  } catch {
-    v6 = false;
-  }
-  if (v6) listen.push({ host: '::1', port: 0 });
-  const server = new FrontendServer({ listen, handler: h });
-  const bound = await server.listen();
-  t.is(bound.length, listen.length);
-  for (const a of bound) {
-    const c = await RpcClient.connect({ host: a.host, port: a.port });
-    t.is((await c.call(PROG, 1, 0)).acceptStat, AcceptStat.SUCCESS, `via ${a.host}`);
-    await c.close();
-  }
-  if (!v6) t.log('no IPv6 loopback on this machine: IPv6 listener not tested');
-  await server.close();
+  ]);
+});
+
+// node:net listens on ::1 here, so the product must too: a failure is the product's, not the machine's.
+(v6 || inCI ? test : test.skip)('listens on IPv4 and IPv6 addresses together', async (t) => {
+  t.true(v6, 'this machine has an IPv6 loopback (::1)');
+  await servesOn(t, [
+    { host: '127.0.0.1', port: 0 },
+    { host: '127.0.0.2', port: 0 },
+    { host: '::1', port: 0 },
+  ]);
 });
 
 test('a listen failure names the address', async (t) => {
