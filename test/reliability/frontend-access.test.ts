@@ -10,6 +10,7 @@ import { TestProgramClient, TestProgramHandler } from '../../gateway/test-progra
 import { ClientAccess, parseCidr } from '../../tcp-frontend/access.js';
 import { type AccessPolicy, FrontendServer } from '../../tcp-frontend/server.js';
 import { captureLogger, closed, waitFor } from '../gateway/helpers.js';
+import { inCI } from '../helpers/peers.js';
 
 test('CIDR rules: IPv4, IPv6, bare hosts, mapped IPv4; bad rules refused with a reason', (t) => {
   const a = new ClientAccess({ allow: ['10.0.0.0/8', '192.168.1.7', '2001:db8::/32', '::1'] });
@@ -92,12 +93,7 @@ test('a client outside the allowed networks is refused at accept, counted and lo
   t.is(server.stats.connectionsAccepted, 1);
 });
 
-test('with privileged ports required, a source port >= 1024 is refused and one < 1024 is served', async (t) => {
-  if (process.getuid?.() !== 0) {
-    t.log(
-      'not root: cannot bind a source port below 1024 to prove the accept path; checking the refusal only',
-    );
-  }
+test('with privileged ports required, a source port >= 1024 is refused', async (t) => {
   const { server, port, lines } = await serve({ requirePrivilegedPort: true, allow: ['127.0.0.0/8'] });
   t.teardown(() => server.close({ drainTimeoutMs: 0 }));
   // The kernel's ephemeral source port (never below 1024; a fixed one may be in use by another test).
@@ -107,22 +103,35 @@ test('with privileged ports required, a source port >= 1024 is refused and one <
   const line = lines.find((l) => l.reason === 'REFUSED_INSECURE_PORT');
   const sourcePort = /source port (\d+) is not privileged \(< 1024\)/.exec(String(line?.msg));
   t.true(sourcePort !== null && Number(sourcePort[1]) >= 1024, String(line?.msg));
-  if (process.getuid?.() !== 0) {
-    if (process.env.CI === 'true') t.fail('CI runs as root: the privileged-port accept path must be proven');
-    return;
-  }
-  // A free port below 1024 (some may be taken by daemons): try a few.
-  let low: Socket | undefined;
-  for (let p = 1023; p > 900 && !low; p--) {
-    try {
-      const a = await attempt(port, '127.0.0.1', p);
-      t.false(a.refused, `the privileged source port ${p} was accepted`);
-      low = a.socket;
-    } catch {
-      // EADDRINUSE: try the next one
-    }
-  }
-  t.truthy(low, 'a privileged source port could be bound');
-  await waitFor(() => server.stats.connectionsAccepted === 1, 'the privileged client accepted');
-  low?.destroy();
 });
+
+// Binding a source port below 1024 needs root, which CI has: there a non-root run fails this test.
+const root = process.getuid?.() === 0;
+if (!root && !inCI)
+  process.stderr.write(
+    '\n!!! not root: cannot bind a source port below 1024, so the privileged-port ACCEPT test is SKIPPED, not passed.\n' +
+      '!!! Run the tests as root to prove it (CI does).\n\n',
+  );
+
+(root || inCI ? test : test.skip)(
+  'with privileged ports required, a source port < 1024 is served',
+  async (t) => {
+    t.true(root, 'running as root (needed to bind a source port below 1024)');
+    const { server, port } = await serve({ requirePrivilegedPort: true, allow: ['127.0.0.0/8'] });
+    t.teardown(() => server.close({ drainTimeoutMs: 0 }));
+    // A free port below 1024 (some may be taken by daemons): try a few.
+    let low: Socket | undefined;
+    for (let p = 1023; p > 900 && !low; p--) {
+      try {
+        const a = await attempt(port, '127.0.0.1', p);
+        t.false(a.refused, `the privileged source port ${p} was accepted`);
+        low = a.socket;
+      } catch {
+        // EADDRINUSE: try the next one
+      }
+    }
+    t.truthy(low, 'a privileged source port could be bound');
+    await waitFor(() => server.stats.connectionsAccepted === 1, 'the privileged client accepted');
+    low?.destroy();
+  },
+);
