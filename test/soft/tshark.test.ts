@@ -3,13 +3,16 @@
  * RPC-over-RDMA Version 1 RDMA_MSG), Send with Invalidate, RDMA Write, RDMA Read Request/Response and a
  * Terminate, all as iwarp_mpa / iwarp_ddp_rdmap with good CRCs, and the Send as rpcordma.
  */
-import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { createSocket } from 'node:dgram';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { createSoftProvider } from '../../rdma-backend/providers/soft/index.js';
 import { Access, CmEventType, SendFlags, WrOpcode } from '../../rdma-backend/verbs/index.js';
 import { requireExecutable, testWithPeers } from '../helpers/peers.js';
+import { freePort } from '../helpers/ports.js';
 import { CqWatcher, EventLog } from '../verbs/harness.js';
 
 /** An RPC-over-RDMA v1 RDMA_MSG (RFC 8166 §4.2) with empty chunk lists and a NULL call behind it. */
@@ -28,6 +31,40 @@ function rpcRdmaV1Msg(xid: number): Buffer {
   b.writeUInt32BE(3, rpc + 16);
   b.writeUInt32BE(0, rpc + 20); // NULL
   return b; // cred and verf AUTH_NONE (zeros)
+}
+
+/** Whether the capture file holds `marker` (in a probe datagram's payload) yet. */
+function captured(file: string, marker: string): boolean {
+  try {
+    return readFileSync(file).includes(marker);
+  } catch {
+    return false; // not created yet
+  }
+}
+
+/**
+ * Sends UDP probes carrying `marker` to `probePort` (in the capture filter) until one is in the capture
+ * file: the filter is live, and everything captured before the probe has been written (the interop
+ * harness's `probeUntilGrown`, test/interop/harness/capture.ts, for a bare tshark process, looking for the
+ * probe itself rather than growth, which an earlier packet's late flush could cause). Rejects if tshark
+ * exits, or after 15 s.
+ */
+async function probeUntilCaptured(proc: ChildProcess, file: string, probePort: number, marker: string) {
+  const socket = createSocket('udp4');
+  const deadline = Date.now() + 15_000;
+  try {
+    while (!captured(file, marker)) {
+      if (proc.exitCode !== null || proc.signalCode !== null)
+        throw new Error(`tshark exited (${proc.exitCode})`);
+      if (Date.now() > deadline) throw new Error(`tshark wrote no probe (${marker}) in 15 s`);
+      await new Promise<void>((resolve) =>
+        socket.send(Buffer.from(marker), probePort, '127.0.0.1', () => resolve()),
+      );
+      await sleep(50);
+    }
+  } finally {
+    socket.close();
+  }
 }
 
 testWithPeers('tshark')(
@@ -62,7 +99,9 @@ testWithPeers('tshark')(
         conn.accept({ privateData: Buffer.from([0xf6, 0xab, 0x0e, 0x18, 1, 1, 3, 3]) });
       },
     });
-    const cap_ = spawn(tshark, ['-i', 'lo', '-f', `tcp port ${listener.port}`, '-w', file], {
+    const probePort = await freePort();
+    const filter = `tcp port ${listener.port} or udp port ${probePort}`;
+    const cap_ = spawn(tshark, ['-i', 'lo', '-f', filter, '-w', file], {
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     try {
@@ -76,8 +115,8 @@ testWithPeers('tshark')(
         });
         cap_.once('exit', (code) => reject(new Error(`tshark exited ${code}`)));
       });
-      // dumpcap announces the interface slightly before its filter is live.
-      await new Promise((r) => setTimeout(r, 1000));
+      // dumpcap announces the interface slightly before its filter is live: live once a probe is in the file.
+      await probeUntilCaptured(cap_, file, probePort, 'rpcrdma-tshark-probe: live');
       const cpd = dc.allocPd();
       const cCq = new CqWatcher(dc.createCq(64));
       const cEv = new EventLog();
@@ -141,7 +180,8 @@ testWithPeers('tshark')(
         remoteAddr: invTarget.iova,
       });
       await Promise.all([cEv.wait(CmEventType.DISCONNECTED), sEv.wait(CmEventType.DISCONNECTED)]);
-      await new Promise((r) => setTimeout(r, 500));
+      // Drained: a probe sent after the Terminate is in the file, so everything before it is too.
+      await probeUntilCaptured(cap_, file, probePort, 'rpcrdma-tshark-probe: drained');
       conn.destroy();
     } finally {
       cap_.kill('SIGINT');
