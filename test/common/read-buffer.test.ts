@@ -13,6 +13,8 @@ test('bytes arrive in order as views of one reused buffer; writes, FIN and serve
   const stores = new Set<ArrayBufferLike>();
   let adopted: net.Socket | undefined;
   const received: Buffer[] = [];
+  const answer: Buffer[] = [];
+  let clientClosed!: Promise<void>;
   const done = new Promise<void>((resolve) => {
     const server = net.createServer({ pauseOnConnect: true }, (accepted) => {
       const socket = withReadBuffer(accepted, 64 * 1024);
@@ -29,12 +31,13 @@ test('bytes arrive in order as views of one reused buffer; writes, FIN and serve
       const client = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1', () => {
         client.end(payload);
       });
-      const answer: Buffer[] = [];
       client.on('data', (c: Buffer) => answer.push(c));
-      client.on('close', () => t.is(Buffer.concat(answer).toString(), 'bye'));
+      clientClosed = new Promise((resolveClose) => client.on('close', () => resolveClose()));
     });
   });
   await done;
+  await clientClosed;
+  t.is(Buffer.concat(answer).toString(), 'bye', "the client got the server's answer before its FIN");
   t.true(adopted instanceof net.Socket);
   t.true(Buffer.concat(received).equals(payload), 'every byte, in order');
   t.is(stores.size, 1, 'one buffer for every read');
