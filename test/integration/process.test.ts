@@ -61,6 +61,22 @@ function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: st
   });
 }
 
+/**
+ * The gateway's calls in flight (`/v1/stats`, frontend section), polled until there is one, or 0 once
+ * `over()` says the calls to catch have all been answered (then there is nothing left to catch).
+ */
+async function callsInFlight(adminUrl: string, over: () => boolean): Promise<number> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const done = over();
+    const res = await fetch(`${adminUrl}/v1/stats?section=frontend`);
+    if (!res.ok) throw new Error(`/v1/stats: ${res.status} ${await res.text()}`);
+    const n = ((await res.json()) as { frontend: { callsInFlight: number } }).frontend.callsInFlight;
+    if (n >= 1 || done) return n;
+    if (Date.now() > deadline) throw new Error('no call in flight within 10 s');
+  }
+}
+
 function exitOf(child: ChildProcess): Promise<number | null> {
   return child.exitCode !== null
     ? Promise.resolve(child.exitCode)
@@ -107,7 +123,16 @@ test('npm start serves within seconds; ping answers through it; SIGTERM drains a
   // Calls in flight when SIGTERM arrives still get their (verified) replies; then the process exits 0.
   const client = await TestProgramClient.connect({ host: '127.0.0.1', port: g.port });
   const calls = Array.from({ length: 8 }, (_, i) => client.source(2 * 1024 * 1024, i));
-  await new Promise((r) => setTimeout(r, 20));
+  let settled = 0;
+  for (const c of calls)
+    c.then(
+      () => settled++,
+      () => settled++,
+    );
+  // SIGTERM once the gateway itself counts calls in flight (its admin API), not after a guessed delay.
+  const inFlight = await callsInFlight(g.adminUrl, () => settled === calls.length);
+  t.log(`SIGTERM with ${inFlight} call(s) in flight, ${settled} of 8 answered`);
+  t.true(inFlight >= 1, 'calls were in flight when SIGTERM was sent');
   g.child.kill('SIGTERM');
   const results = await Promise.allSettled(calls);
   t.deepEqual(
