@@ -212,7 +212,7 @@ export interface DepartedStats {
   resumedSent: number;
   /**
    * Of those, sent on another connection (the server's cache there does not know them): theirs was gone
-   * or went away meanwhile, or had no credit for them for PIN_WAIT_MS.
+   * or went away meanwhile, or had no credit for them for the router's `pinWaitMs`.
    */
   resumedUnpinned: number;
   /** Replies not held because `maxBytes` was reached (their retransmissions go to the server afresh). */
