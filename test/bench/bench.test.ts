@@ -773,3 +773,33 @@ test('a row with failed calls, even one without a target, shows as invalid with 
   t.regex(md.find((l) => l.includes('| null-c1 node |')) ?? '', /INVALID: 3 call\(s\) failed/);
   t.regex(md.find((l) => l.includes('| null-c64 gw-v2-p4 |')) ?? '', /\*\*NOT MET\*\* INVALID: 3 call/);
 });
+
+test('a chain measured without its baseline in the plan is a good figure with no ratio, unless it has a target', (t) => {
+  // The quick check `BENCH_CHAINS=haproxy`: no direct chain, so the haproxy row has nothing to compare with.
+  const alone = rowsOf(
+    ['haproxy'],
+    new Map<string, Measured>([['haproxy/null-c64', { result: result(90_000, 0, 2000) }]]),
+  );
+  const h = rowNamed(alone, 'null-c64 haproxy');
+  t.is(h.value, 90_000);
+  t.is(h.ratio, undefined);
+  t.is(h.extra?.invalid, undefined, 'not invalid: its own figure is good');
+  t.notRegex(table(alone), /INVALID/);
+  // A baseline that was measured and failed still makes the row no figure.
+  const failed = rowsOf(
+    ['direct', 'haproxy'],
+    new Map<string, Measured>([
+      ['direct/null-c64', { result: { ...result(1, 0, 1), errors: 3, firstError: 'reset' } }],
+      ['haproxy/null-c64', { result: result(90_000, 0, 2000) }],
+    ]),
+  );
+  t.regex(String(rowNamed(failed, 'null-c64 haproxy').extra?.invalid), /^baseline: 3 call\(s\) failed/);
+  // A gateway chain without the haproxy chain in the plan: its target cannot be judged.
+  const gw = rowsOf(
+    ['gw-v2-p1'],
+    new Map<string, Measured>([['gw-v2-p1/null-c64', { result: result(40_000, 0, 5000) }]]),
+  );
+  const g = rowNamed(gw, 'null-c64 gw-v2-p1');
+  t.is(g.met, false);
+  t.regex(String(g.extra?.invalid), /^baseline: /);
+});
